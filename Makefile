@@ -1,0 +1,34 @@
+# debugtune: `make demo` and `make test` each set everything up first (idempotent).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.debugtune-installed
+TORCH_PIN ?= torch==2.13.0
+export OPENBLAS_NUM_THREADS ?= 1
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: install demo test bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/src/*.cpp native/src/*.h)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
+	$(BIN)/python -m pip install --quiet -e ".[dev,torch]"
+	@touch $@
+
+demo: install
+	$(BIN)/cann-debug demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python -m bench
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf build $(VENV) .pytest_cache

@@ -1,0 +1,49 @@
+"""`cann-debug kb stats | check`: what the knowledge base holds and whether it is well-formed."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from debugtune.cli.apps import kb_app
+from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, session_store
+from debugtune.kg.knowledge import class_counts
+from debugtune.kg.validate import validate_store
+
+
+@kb_app.command("stats")
+def stats(store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Count the knowledge items per class (causes, symptoms, remedies, causal links, cases, ...)."""
+    with session_store(store) as st:
+        counts = class_counts(st)
+        graphs = {g: st.count(g) for g in st.graphs()}
+    if json_out:
+        emit_json({"classes": counts, "graphs": graphs})
+        return
+    table = Table(title="knowledge base")
+    table.add_column("class")
+    table.add_column("count", justify="right")
+    for cls, n in counts.items():
+        table.add_row(cls, str(n))
+    console.print(table)
+    console.print(f"{len(graphs)} named graphs, {sum(graphs.values())} triples")
+
+
+@kb_app.command("check")
+def check(store: StoreOption = None, json_out: JsonOption = False) -> None:
+    """Validate the ontology and knowledge base against the SHACL shapes; exit 1 on violations."""
+    with session_store(store) as st:
+        violations = validate_store(st)
+    if json_out:
+        emit_json({"conforms": not violations, "violations": [v.as_dict() for v in violations]})
+    elif not violations:
+        console.print("[green]0 violations[/]: the knowledge base conforms to ontology/shapes.ttl")
+    else:
+        table = Table(title=f"{len(violations)} SHACL violations")
+        for col in ("focus", "path", "message"):
+            table.add_column(col, overflow="fold")
+        for v in violations:
+            table.add_row(v.focus, v.path or "", v.message)
+        console.print(table)
+    if violations:
+        raise typer.Exit(1)

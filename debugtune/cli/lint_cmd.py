@@ -1,0 +1,1 @@
+"""Commands of this stage are added by its issue; nothing registered yet."""

@@ -1,0 +1,16 @@
+"""Where debugtune keeps its state, from the environment with sane defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def home() -> Path:
+    """``$DEBUGTUNE_HOME`` or ``~/.debugtune``: the local store, tokens, caches."""
+    return Path(os.environ.get("DEBUGTUNE_HOME") or Path.home() / ".debugtune")
+
+
+def default_store() -> str:
+    """The store used when ``--store`` is not given: ``$DEBUGTUNE_STORE`` or an on-disk store in home()."""
+    return os.environ.get("DEBUGTUNE_STORE") or str(home() / "store")

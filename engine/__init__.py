@@ -1,0 +1,1 @@
+"""The pipeline stages: telemetry, capture, diagnose, infer, suggest, tune, prevent."""

@@ -1,0 +1,80 @@
+"""The long-form telemetry schema (DESIGN §3) and the metric naming conventions every producer follows.
+
+One row per (run, rank, step, dimension, metric, entity) with a float64 value. ``entity`` names
+where: "" for the whole run/rank, a module path for a layer ("layers.3.mlp.fc1"), "expert:<i>"
+or "<router path>/expert:<i>" for an expert, "link:<src>-<dst>" for a link, "device:<name>" for
+a device, or a collective/operator name for communication metrics.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA = pa.schema([
+    pa.field("run", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+    pa.field("rank", pa.int32(), nullable=False),
+    pa.field("step", pa.int64(), nullable=False),
+    pa.field("dimension", pa.dictionary(pa.int8(), pa.string()), nullable=False),
+    pa.field("metric", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+    pa.field("entity", pa.dictionary(pa.int32(), pa.string()), nullable=False),
+    pa.field("value", pa.float64(), nullable=False),
+])
+
+COLUMNS = tuple(SCHEMA.names)
+
+# Metric names per dimension. Producers may add metrics; these are the ones detectors read.
+GRADIENT_METRICS = {
+    "grad_norm": "L2 norm of the gradient (entity: layer path; '' = global norm)",
+    "grad_absmax": "max |g|",
+    "grad_zero_frac": "fraction of exactly-zero gradient elements",
+    "grad_tiny_frac": "fraction of |g| < eps (eps from the knowledge base)",
+    "grad_nan": "count of NaN gradient elements",
+    "grad_inf": "count of Inf gradient elements",
+    "weight_norm": "L2 norm of the parameters",
+    "update_norm": "L2 norm of the parameter change made by the optimizer step",
+    "update_ratio": "update_norm / weight_norm",
+    "act_zero_frac": "fraction of zero activations (entity: activation module)",
+    "act_sat_frac": "fraction of saturated activations (sigmoid/tanh near their bounds)",
+    "router_grad_norm": "L2 norm of the router (gate) weight gradient (entity: router module path)",
+}
+CONVERGENCE_METRICS = {
+    "loss": "training loss", "lr": "learning rate", "eval_loss": "validation loss",
+    "accuracy": "training accuracy", "eval_accuracy": "validation accuracy",
+    "expert_tokens": "tokens routed to an expert in the step (entity: '<router>/expert:<i>')",
+    "dropped_tokens": "tokens dropped by capacity (entity: router path)",
+    "aux_loss": "load-balancing auxiliary loss", "z_loss": "router z-loss",
+    "loss_scale": "dynamic loss scale (fp16)",
+}
+COMMUNICATION_METRICS = {
+    "step_time_ms": "wall time of the step on this rank",
+    "compute_ms": "computation time in the step", "comm_ms": "communication time in the step",
+    "comm_not_overlapped_ms": "communication not hidden behind computation",
+    "free_ms": "idle time in the step", "bubble_ms": "pipeline bubble time",
+    "collective_ms": "time of one collective kind in the step (entity: op name, e.g. allreduce)",
+    "collective_bytes": "bytes moved by that collective kind in the step",
+    "collective_wait_ms": "wait (synchronisation) time before collectives",
+    "busbw_gbps": "bus bandwidth of a collective kind (nccl-tests definition)",
+    "link_bw_gbps": "bandwidth of one link (entity: 'link:<src>-<dst>')",
+    "link_bytes": "bytes over one link", "link_ms": "transfer time over one link",
+    "alltoall_bytes": "MoE all-to-all bytes sent by the rank",
+}
+HARDWARE_METRICS = {
+    "util_pct": "accelerator utilisation (entity: 'device:<name>')",
+    "mem_used_bytes": "device memory used", "mem_total_bytes": "device memory total",
+    "power_w": "board power", "temp_c": "temperature", "clock_mhz": "core clock",
+    "throttle": "1 when the device reports clock throttling",
+    "cpu_util_pct": "host CPU utilisation", "host_mem_used_bytes": "host memory used",
+    "rss_bytes": "resident memory of the training process",
+    "dataloader_wait_ms": "time the step waited for its batch",
+}
+
+METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,
+           "communication": COMMUNICATION_METRICS, "hardware": HARDWARE_METRICS}
+
+
+def dimension_of(metric: str) -> str | None:
+    """The dimension a known metric belongs to, or None."""
+    for dim, names in METRICS.items():
+        if metric in names:
+            return dim
+    return None

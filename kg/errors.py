@@ -1,0 +1,49 @@
+"""Errors of the knowledge-graph layer: each names where the problem is."""
+
+from __future__ import annotations
+
+
+class DebugtuneError(Exception):
+    """Base class of every error debugtune reports to the user as a message (not a stack trace).
+
+    Every stage's own errors derive from it; the CLI prints ``error: <message>`` and exits with 2.
+    """
+
+
+class KgError(DebugtuneError):
+    """Base class of every knowledge-graph error."""
+
+
+class RdfSyntaxError(KgError):
+    """An RDF file or string that does not parse; names the source, line and column."""
+
+    def __init__(self, source: str, message: str, line: int | None = None, column: int | None = None):
+        self.source, self.line, self.column, self.detail = source, line, column, message
+        where = source if line is None else f"{source}:{line}:{column or 0}"
+        super().__init__(f"{where}: {message}")
+
+
+class SparqlSyntaxError(KgError):
+    """A malformed SPARQL query or update; names the position."""
+
+    def __init__(self, text: str, message: str, line: int | None = None, column: int | None = None):
+        self.text, self.line, self.column, self.detail = text, line, column, message
+        where = "" if line is None else f" at line {line}, column {column}"
+        super().__init__(f"malformed SPARQL{where}: {message}")
+
+
+class EndpointError(KgError):
+    """A remote SPARQL endpoint that is unreachable or answered with an error; names the URL."""
+
+    def __init__(self, url: str, message: str, status: int | None = None):
+        self.url, self.status = url, status
+        code = f" (HTTP {status})" if status else ""
+        super().__init__(f"SPARQL endpoint {url}{code}: {message}")
+
+
+class StoreLockedError(KgError):
+    """An on-disk store already opened read-write by another process."""
+
+
+class FixpointError(KgError):
+    """Inference rules still derived new triples after the maximum number of rounds."""

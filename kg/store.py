@@ -1,0 +1,260 @@
+"""The one `Store` interface and its two embedded Oxigraph backends (in memory, on disk).
+
+A query sees the union of all named graphs unless a dataset is given. Every write is one atomic
+pyoxigraph call: it fully succeeds or changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyoxigraph as ox
+
+from debugtune.kg.errors import KgError, RdfSyntaxError, SparqlSyntaxError, StoreLockedError
+from debugtune.kg.namespaces import SPARQL_PREFIXES
+from debugtune.kg.results import GraphResult, QueryResult, from_oxigraph
+from debugtune.kg.sparql import iri
+
+_EXT_FORMATS = {
+    ".ttl": ox.RdfFormat.TURTLE, ".turtle": ox.RdfFormat.TURTLE, ".nt": ox.RdfFormat.N_TRIPLES,
+    ".nq": ox.RdfFormat.N_QUADS, ".trig": ox.RdfFormat.TRIG, ".rdf": ox.RdfFormat.RDF_XML,
+    ".owl": ox.RdfFormat.RDF_XML, ".xml": ox.RdfFormat.RDF_XML, ".jsonld": ox.RdfFormat.JSON_LD,
+    ".n3": ox.RdfFormat.N3,
+}
+_QUAD_FORMATS = {ox.RdfFormat.N_QUADS, ox.RdfFormat.TRIG}
+_POSITION = re.compile(r"(?:line (\d+) column (\d+))|(?:at (\d+):(\d+))")
+
+
+def rdf_format(path: str | os.PathLike[str], fmt: str | ox.RdfFormat | None = None) -> ox.RdfFormat:
+    """The RDF format of a file, from ``fmt`` (name, media type or extension) or the file extension."""
+    if isinstance(fmt, ox.RdfFormat):
+        return fmt
+    if fmt:
+        found = ox.RdfFormat.from_media_type(fmt) or ox.RdfFormat.from_extension(fmt.lstrip("."))
+        if found is None:
+            raise KgError(f"unknown RDF format {fmt!r}")
+        return found
+    suffixes = Path(path).suffixes
+    ext = suffixes[-2] if suffixes and suffixes[-1] == ".gz" and len(suffixes) > 1 else (suffixes or [""])[-1]
+    if ext.lower() not in _EXT_FORMATS:
+        raise KgError(f"{path}: cannot tell the RDF format from the extension {ext!r}; pass format=")
+    return _EXT_FORMATS[ext.lower()]
+
+
+def position_of(message: str) -> tuple[int | None, int | None]:
+    """Line and column in an Oxigraph parser message, if it names them."""
+    m = _POSITION.search(message)
+    if not m:
+        return None, None
+    line, col = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    return int(line), int(col)
+
+
+_PREFIX_LINES = SPARQL_PREFIXES.count("\n")
+
+
+def sparql_error(text: str, err: Exception, prefixed: bool) -> SparqlSyntaxError:
+    """A syntax error positioned in the user's text (not counting the PREFIX block we added)."""
+    message = str(err)
+    line, col = position_of(message)
+    if prefixed and line is not None:
+        line -= _PREFIX_LINES
+        text = text[len(SPARQL_PREFIXES):]
+        message = _POSITION.sub(f"at {line}:{col}", message, count=1)
+    return SparqlSyntaxError(text, message, line, col)
+
+
+def parse_rdf(data: bytes, fmt: ox.RdfFormat, source: str, base_iri: str | None = None) -> list[Any]:
+    """Parse RDF bytes into triples or quads; a syntax error names ``source``, line and column."""
+    try:
+        return list(ox.parse(data, format=fmt, base_iri=base_iri))
+    except SyntaxError as err:
+        line, col = position_of(str(err))
+        raise RdfSyntaxError(source, str(err), line, col) from None
+
+
+def with_prefixes(sparql: str) -> str:
+    """Prepend the project's PREFIX block, so queries may use dt:, kb:, sosa:, ... freely."""
+    return SPARQL_PREFIXES + sparql
+
+
+class Store(ABC):
+    """A quad store with SPARQL 1.1 query and update; three backends share this interface."""
+
+    #: Human-readable location ("memory", a directory, or a URL).
+    target: str
+
+    @abstractmethod
+    def query(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+              named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+              prefixes: bool = True) -> QueryResult:
+        """Run a SPARQL query. Without a dataset, the default graph is the union of all graphs."""
+
+    @abstractmethod
+    def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
+        """Run a SPARQL update atomically."""
+
+    @abstractmethod
+    def _load_quads(self, quads: list[ox.Quad], *, bulk: bool) -> None:
+        """Insert parsed quads atomically."""
+
+    @abstractmethod
+    def graphs(self) -> list[str]:
+        """IRIs of the named graphs, sorted."""
+
+    @abstractmethod
+    def clear(self, graph: str | None = None) -> None:
+        """Remove one named graph (or, with None, everything)."""
+
+    def load(self, source: str | os.PathLike[str] | Iterable[Any], *, graph: str,
+             format: str | ox.RdfFormat | None = None, base_iri: str | None = None) -> int:
+        """Load a file, a list of files, or an iterable of triples into ``graph``; returns triples added.
+
+        All of ``source`` is parsed before anything is written, so a syntax error in any file
+        leaves the store unchanged.
+        """
+        target = ox.NamedNode(graph)
+        quads: list[ox.Quad] = []
+        for item in _as_items(source):
+            if isinstance(item, (str, os.PathLike)):
+                path = Path(item)
+                if not path.is_file():
+                    raise KgError(f"{path}: no such file")
+                fmt = rdf_format(path, format)
+                parsed = parse_rdf(path.read_bytes(), fmt, str(path), base_iri or path.resolve().as_uri())
+                quads.extend(_into_graph(parsed, target, keep_graphs=fmt in _QUAD_FORMATS))
+            else:
+                quads.extend(_into_graph([item], target, keep_graphs=False))
+        self._load_quads(quads, bulk=len(quads) > 200_000)
+        return len(quads)
+
+    def load_data(self, data: str | bytes, *, graph: str, format: str | ox.RdfFormat = ox.RdfFormat.TURTLE,
+                  base_iri: str | None = None, source: str = "<data>") -> int:
+        """Parse RDF text and load it into ``graph``; returns triples added."""
+        fmt = rdf_format(source, format)
+        raw = data.encode() if isinstance(data, str) else data
+        parsed = parse_rdf(raw, fmt, source, base_iri)
+        quads = list(_into_graph(parsed, ox.NamedNode(graph), keep_graphs=fmt in _QUAD_FORMATS))
+        self._load_quads(quads, bulk=len(quads) > 200_000)
+        return len(quads)
+
+    def count(self, graph: str | None = None) -> int:
+        """Number of quads in one named graph, or in all graphs."""
+        if graph is None:
+            q = "SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } }"
+        else:
+            q = f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}"
+        return int(self.query(q, prefixes=False).scalar() or 0)
+
+    def dump(self, graph: str, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:
+        """Serialise one named graph."""
+        result = self.query(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}",
+                            prefixes=False)
+        assert isinstance(result, GraphResult)
+        return result.serialize(fmt)
+
+    def close(self) -> None:
+        """Release the store (flushes an on-disk store)."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.target}>"
+
+
+class OxigraphStore(Store):
+    """Embedded Oxigraph: in memory (``path=None``) or RocksDB on disk (``path`` a directory)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self.path = None if path is None else Path(path)
+        self.target = "memory" if path is None else str(self.path)
+        try:
+            self._store = ox.Store() if path is None else ox.Store(str(self.path))
+        except OSError as err:
+            if "LOCK" in str(err):
+                raise StoreLockedError(
+                    f"{self.path}: the store is open read-write in another process (RocksDB lock); "
+                    "close it there or query that process's endpoint instead") from None
+            raise KgError(f"{self.path}: cannot open the store: {err}") from None
+
+    @property
+    def raw(self) -> ox.Store:
+        """The underlying pyoxigraph store (for the protocol router and benchmarks)."""
+        return self._store
+
+    def query(self, sparql, *, default_graph=None, named_graphs=None, base_iri=None, prefixes=True):
+        text = with_prefixes(sparql) if prefixes else sparql
+        kwargs: dict[str, Any] = {"base_iri": base_iri}
+        if default_graph is None and named_graphs is None:
+            kwargs["use_default_graph_as_union"] = True
+        else:
+            kwargs["default_graph"] = [ox.NamedNode(g) for g in (default_graph or [])]
+            if named_graphs is not None:
+                kwargs["named_graphs"] = [ox.NamedNode(g) for g in named_graphs]
+        try:
+            return from_oxigraph(self._store.query(text, **kwargs))
+        except SyntaxError as err:
+            raise sparql_error(text, err, prefixes) from None
+
+    def update(self, sparql, *, base_iri=None, prefixes=True):
+        text = with_prefixes(sparql) if prefixes else sparql
+        try:
+            self._store.update(text, base_iri=base_iri)
+        except SyntaxError as err:
+            raise sparql_error(text, err, prefixes) from None
+
+    def _load_quads(self, quads, *, bulk):
+        if bulk and self.path is not None:
+            self._store.bulk_extend(quads)
+        else:
+            self._store.extend(quads)
+
+    def graphs(self):
+        return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
+
+    def clear(self, graph=None):
+        if graph is None:
+            self._store.clear()
+        else:
+            node = ox.NamedNode(graph)
+            if self._store.contains_named_graph(node):
+                self._store.remove_graph(node)
+
+    def count(self, graph=None):
+        if graph is None:
+            return len(self._store)
+        return super().count(graph)
+
+    def dump(self, graph, fmt=ox.RdfFormat.TURTLE):
+        return self._store.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
+
+    def close(self):
+        if self.path is not None:
+            self._store.flush()
+
+
+def _as_items(source: Any) -> list[Any]:
+    if isinstance(source, (str, os.PathLike)):
+        return [source]
+    return list(source)
+
+
+def _into_graph(items: Iterable[Any], graph: ox.NamedNode, *, keep_graphs: bool) -> Iterable[ox.Quad]:
+    for t in items:
+        if isinstance(t, ox.Quad):
+            g = t.graph_name if keep_graphs and not isinstance(t.graph_name, ox.DefaultGraph) else graph
+            yield ox.Quad(t.subject, t.predicate, t.object, g)
+        elif isinstance(t, ox.Triple):
+            yield ox.Quad(t.subject, t.predicate, t.object, graph)
+        else:
+            s, p, o = t
+            yield ox.Quad(s, p, o, graph)

@@ -1,0 +1,7 @@
+// Registration hooks: each probe source file adds its functions to the one extension module.
+#pragma once
+#include <nanobind/nanobind.h>
+
+namespace debugtune {
+void register_info(nanobind::module_ &m);
+}  // namespace debugtune

@@ -1,0 +1,1 @@
+"""The tuning DSL: grammar, AST, compiler to SPARQL and result shaping."""

@@ -1,0 +1,30 @@
+"""Shared test fixtures: paths of the real files in ../shared/fixtures, temporary stores, CPU settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    """`../shared/fixtures` (real files nobody here wrote); tests skip with a reason where it is absent."""
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"shared fixtures not found at {SHARED_FIXTURES} (they are present in CI)")
+    return SHARED_FIXTURES
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """Each test gets its own DEBUGTUNE_HOME, so no test touches ~/.debugtune or another test's store."""
+    home = tmp_path_factory.mktemp("dthome")
+    monkeypatch.setenv("DEBUGTUNE_HOME", str(home))
+    monkeypatch.delenv("DEBUGTUNE_STORE", raising=False)
+    yield

@@ -1,0 +1,1 @@
+"""Real small trainings used by the demo, the fault benchmark, tuning and case sandboxes."""

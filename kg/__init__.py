@@ -14,6 +14,7 @@ from debugtune.kg.results import AskResult, GraphResult, QueryResult, SelectResu
 from debugtune.kg.store import OxigraphStore, Store
 
 __all__ = [
-    "AskResult", "DebugtuneError", "EndpointError", "FixpointError", "GraphResult", "KgError", "OxigraphStore", "QueryResult",
-    "RdfSyntaxError", "SelectResult", "SparqlSyntaxError", "Store", "StoreLockedError", "open_store", "to_python",
+    "AskResult", "DebugtuneError", "EndpointError", "FixpointError", "GraphResult", "KgError", "OxigraphStore",
+    "QueryResult", "RdfSyntaxError", "SelectResult", "SparqlSyntaxError", "Store", "StoreLockedError",
+    "open_store", "to_python",
 ]

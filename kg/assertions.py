@@ -106,9 +106,8 @@ def replace_diagnosis(store: Store, run_id: str, meta: Mapping[str, Any], findin
     body += "".join(finding_triples(run_id, f) for f in findings)
     body += "".join(edge_triples(run_id, n, e) for n, e in enumerate(edges))
     body += "".join(hypothesis_triples(run_id, h) for h in hypotheses)
-    store.update(
-        f"DELETE {{ GRAPH {g} {{ ?s ?p ?o }} }} WHERE {{ GRAPH {g} {{ ?s ?p ?o FILTER({starts} || ?s = {iri(base)}) }} }} ;\n"
-        f"INSERT DATA {{ GRAPH {g} {{\n{body}}} }}")
+    old = f"GRAPH {g} {{ ?s ?p ?o FILTER({starts} || ?s = {iri(base)}) }}"
+    store.update(f"DELETE {{ GRAPH {g} {{ ?s ?p ?o }} }} WHERE {{ {old} }} ;\nINSERT DATA {{ GRAPH {g} {{\n{body}}} }}")
 
 
 def read_findings(store: Store, run_id: str) -> list[Finding]:
@@ -134,14 +133,14 @@ def read_findings(store: Store, run_id: str) -> list[Finding]:
 
 
 def read_hypotheses(store: Store, run_id: str) -> list[Hypothesis]:
-    """The hypotheses of a run, best first."""
+    """The hypotheses of a run, best first; each one's supporting findings in onset order."""
     g = iri(run_graph(run_id))
     rows = store.query(f"""
-        SELECT ?h ?cause ?conf ?rank ?text ?pos ?node ?fid WHERE {{ GRAPH {g} {{
+        SELECT ?h ?cause ?conf ?rank ?text ?pos ?node ?fid ?onset WHERE {{ GRAPH {g} {{
           ?h a dt:Hypothesis ; dt:cause ?cause ; dt:confidence ?conf ; dt:hypothesisRank ?rank ;
              dt:explanation ?text .
           {{ ?h dt:chainStep ?st . ?st dt:position ?pos ; dt:node ?node }}
-          UNION {{ ?h dt:supportedBy ?f . ?f dt:findingId ?fid }}
+          UNION {{ ?h dt:supportedBy ?f . ?f dt:findingId ?fid ; dt:onsetStep ?onset }}
         }} }}""").dicts()
     by_h: dict[str, dict[str, Any]] = {}
     for r in rows:
@@ -149,10 +148,10 @@ def read_hypotheses(store: Store, run_id: str) -> list[Hypothesis]:
         if r["pos"] is not None:
             item["chain"][r["pos"]] = r["node"][len(KB):]
         if r["fid"] is not None:
-            item["findings"].add(r["fid"])
+            item["findings"].add((r["onset"], r["fid"]))
     out = [Hypothesis(cause=r["cause"][len(KB):], confidence=r["conf"],
                       chain=tuple(r["chain"][k] for k in sorted(r["chain"])),
-                      findings=tuple(sorted(r["findings"])), explanation=r["text"], rank=r["rank"])
+                      findings=tuple(fid for _, fid in sorted(r["findings"])), explanation=r["text"], rank=r["rank"])
            for r in by_h.values()]
     return sorted(out, key=lambda h: h.rank)
 

@@ -24,7 +24,14 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-bench: install
+BENCH_STAMP := $(VENV)/.debugtune-bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,torch,bench]"
+	$(BIN)/python -m pip install --quiet --no-deps traceinsight  # HTA, the trace-import peer (its full deps pull jupyterlab)
+	@touch $@
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 lint: install

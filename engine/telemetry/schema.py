@@ -36,6 +36,12 @@ GRADIENT_METRICS = {
     "act_zero_frac": "fraction of zero activations (entity: activation module)",
     "act_sat_frac": "fraction of saturated activations (sigmoid/tanh near their bounds)",
     "router_grad_norm": "L2 norm of the router (gate) weight gradient (entity: router module path)",
+    # added by the importers (issue 3)
+    "act_norm": "L2 norm of a module's activations (entity: '<module>.<input|output>'; msprobe actv)",
+    "act_grad_norm": "L2 norm of the gradient w.r.t. a module's activations (msprobe actv_grad)",
+    "act_nan": "count of NaN activation elements",
+    "exp_avg_norm": "L2 norm of Adam's first moment of a parameter (msprobe exp_avg)",
+    "exp_avg_sq_norm": "L2 norm of Adam's second moment of a parameter (msprobe exp_avg_sq)",
 }
 CONVERGENCE_METRICS = {
     "loss": "training loss", "lr": "learning rate", "eval_loss": "validation loss",
@@ -44,6 +50,10 @@ CONVERGENCE_METRICS = {
     "dropped_tokens": "tokens dropped by capacity (entity: router path)",
     "aux_loss": "load-balancing auxiliary loss", "z_loss": "router z-loss",
     "loss_scale": "dynamic loss scale (fp16)",
+    # added by the importers (issue 3)
+    "epoch": "training epoch (fractional where the logger reports it so)",
+    "skipped_iterations": "iterations skipped in the logging interval (Megatron: overflow / NaN)",
+    "nan_iterations": "iterations with a NaN loss in the logging interval (Megatron)",
 }
 COMMUNICATION_METRICS = {
     "step_time_ms": "wall time of the step on this rank",
@@ -57,6 +67,13 @@ COMMUNICATION_METRICS = {
     "link_bw_gbps": "bandwidth of one link (entity: 'link:<src>-<dst>')",
     "link_bytes": "bytes over one link", "link_ms": "transfer time over one link",
     "alltoall_bytes": "MoE all-to-all bytes sent by the rank",
+    # added by the importers (issue 3)
+    "collective_count": "number of calls of one collective kind in the step (entity: op name)",
+    "collective_transit_ms": "time actually spent transferring in that collective kind (Ascend Transit Time)",
+    "algbw_gbps": "algorithm bandwidth of a collective kind: bytes / time (nccl-tests definition)",
+    "transport_bytes": "bytes over one transport type in the step (entity: 'transport:<HCCS|RDMA|PCIE|SIO>')",
+    "transport_bw_gbps": "bandwidth over one transport type: transit bytes / transit time",
+    "preparing_ms": "time from the step start to the first device task (Ascend Preparing)",
 }
 HARDWARE_METRICS = {
     "util_pct": "accelerator utilisation (entity: 'device:<name>')",
@@ -66,6 +83,14 @@ HARDWARE_METRICS = {
     "cpu_util_pct": "host CPU utilisation", "host_mem_used_bytes": "host memory used",
     "rss_bytes": "resident memory of the training process",
     "dataloader_wait_ms": "time the step waited for its batch",
+    # added by the importers (issue 3)
+    "kernel_ms": "device kernel time in the step (entity: 'op:<operator type>'; '' = all non-communication kernels)",
+    "kernel_count": "number of device kernels in the step (entity as kernel_ms)",
+    "cube_util_pct": "duration-weighted cube (matrix unit) utilisation of AI Core kernels (Ascend)",
+    "module_mem_bytes": "device memory reserved by one software component (entity: 'device:<dev>/<component>')",
+    "mem_util_pct": "memory-controller (bandwidth) utilisation of the device",
+    "mem_used_pct": "device memory used, percent of total (npu-smi watch)",
+    "sample_time_s": "seconds since the first sample, for time-sampled series whose step is the sample index",
 }
 
 METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from debugtune import ontology
 from debugtune.kg.errors import FixpointError, KgError, SparqlSyntaxError
-from debugtune.kg.namespaces import GRAPH_INFERRED, SPARQL_PREFIXES
-from debugtune.kg.sparql import iri
+from debugtune.kg.namespaces import GRAPH_INFERRED
+from debugtune.kg.sparql_scan import with_using as scan_with_using
+from debugtune.kg.sparql_scan import words
 from debugtune.kg.store import Store
 
 
@@ -45,43 +46,20 @@ def load_rules(folder: Path | None = None) -> list[Rule]:
     folder = folder or ontology.RULES_DIR
     rules = [Rule(p.stem, p.read_text(encoding="utf-8"), str(p)) for p in sorted(folder.glob("*.rq"))]
     for r in rules:
-        if _top_level_where(r.text) < 0:
+        if not _is_rule(r.text):
             raise KgError(f"{r.source}: a rule must be an INSERT … WHERE update")
     return rules
 
 
-def _top_level_where(text: str) -> int:
-    """Offset of the WHERE keyword that follows the INSERT template (outside braces, strings, IRIs)."""
-    depth, i, n = 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "#":
-            i = text.find("\n", i)
-            if i < 0:
-                return -1
-        elif c in "\"'":
-            end = text.find(c, i + 1)
-            while end > 0 and text[end - 1] == "\\":
-                end = text.find(c, end + 1)
-            i = end if end > 0 else n
-        elif c == "<" and depth == 0 and i + 1 < n and not text[i + 1].isspace() and text[i + 1] != "=":
-            end = text.find(">", i)
-            i = end if end > 0 else n
-        elif c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-        elif depth == 0 and text[i:i + 5].upper() == "WHERE" and (i == 0 or not text[i - 1].isalnum()):
-            return i
-        i += 1
-    return -1
+def _is_rule(text: str) -> bool:
+    """An INSERT … WHERE update: a top-level INSERT followed by a top-level WHERE."""
+    top = [w.text for w in words(text) if w.depth == 0]
+    return "INSERT" in top and "WHERE" in top[top.index("INSERT"):]
 
 
 def with_using(rule_text: str, graphs: Sequence[str]) -> str:
     """The rule with ``USING <g>`` for each graph placed before its WHERE."""
-    at = _top_level_where(rule_text)
-    using = "".join(f"USING {iri(g)}\n" for g in graphs)
-    return rule_text[:at] + using + rule_text[at:]
+    return scan_with_using(rule_text, graphs, ())
 
 
 def run_rules(store: Store, rules: Sequence[Rule] | None = None, *, graphs: Sequence[str] | None = None,
@@ -111,4 +89,4 @@ def clear_inferred(store: Store, inferred_graph: str = GRAPH_INFERRED) -> None:
     store.clear(inferred_graph)
 
 
-__all__ = ["Rule", "RuleReport", "SPARQL_PREFIXES", "clear_inferred", "load_rules", "run_rules", "with_using"]
+__all__ = ["Rule", "RuleReport", "clear_inferred", "load_rules", "run_rules", "with_using"]

@@ -19,6 +19,7 @@ from debugtune.kg.errors import KgError, RdfSyntaxError, SparqlSyntaxError, Stor
 from debugtune.kg.namespaces import SPARQL_PREFIXES
 from debugtune.kg.results import GraphResult, QueryResult, from_oxigraph
 from debugtune.kg.sparql import iri
+from debugtune.kg.sparql_scan import names_dataset
 
 _EXT_FORMATS = {
     ".ttl": ox.RdfFormat.TURTLE, ".turtle": ox.RdfFormat.TURTLE, ".nt": ox.RdfFormat.N_TRIPLES,
@@ -195,7 +196,8 @@ class OxigraphStore(Store):
         text = with_prefixes(sparql) if prefixes else sparql
         kwargs: dict[str, Any] = {"base_iri": base_iri}
         if default_graph is None and named_graphs is None:
-            kwargs["use_default_graph_as_union"] = True
+            # A query naming its own dataset (FROM / FROM NAMED) keeps it; otherwise: union of all graphs.
+            kwargs["use_default_graph_as_union"] = not names_dataset(sparql)
         else:
             kwargs["default_graph"] = [ox.NamedNode(g) for g in (default_graph or [])]
             if named_graphs is not None:
@@ -238,8 +240,10 @@ class OxigraphStore(Store):
         return self._store.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
 
     def close(self):
-        if self.path is not None:
+        """Flush and release the store (an on-disk store's lock is freed at once)."""
+        if self._store is not None and self.path is not None:
             self._store.flush()
+            self._store = None  # dropping the last reference releases the RocksDB lock
 
 
 def _as_items(source: Any) -> list[Any]:

@@ -179,3 +179,22 @@ def test_disk_store_persists_and_locks(tmp_path):
     gc.collect()
     again = open_store(tmp_path / "s")
     assert again.count(G_A) == 15
+
+
+def test_closing_a_disk_store_releases_its_lock(tmp_path):
+    first = open_store(tmp_path / "s")
+    first.load_data(DATA_A, graph=G_A)
+    first.close()
+    second = open_store(tmp_path / "s")
+    assert second.count(G_A) == 15
+    second.close()
+
+
+def test_a_query_naming_its_dataset_keeps_it(store):
+    if store.target.startswith("http"):
+        pytest.skip("oxigraph serve --union-default-graph overrides FROM (a server setting; see docs/store.md)")
+    _load(store)
+    rows = store.query("SELECT ?s WHERE { ?s ?p ?o } ", default_graph=None)
+    assert len(rows) == 19
+    own = store.query("PREFIX ex: <http://example.org/> SELECT ?s FROM <urn:test:b> WHERE { ?s ?p ?o }")
+    assert len(own) == 4

@@ -20,7 +20,7 @@ WHERE { { ?a ex:next ?c } UNION { ?a ex:reach ?b . ?b ex:reach ?c } FILTER NOT E
 def test_using_goes_before_the_top_level_where():
     text = 'INSERT { GRAPH <urn:g> { ?s <urn:p> "WHERE {" } } WHERE { ?s ?p ?o }'
     out = with_using(text, ["urn:a", "urn:b"])
-    assert out.endswith("USING <urn:a>\nUSING <urn:b>\nWHERE { ?s ?p ?o }")
+    assert " ".join(out.split()).endswith('"WHERE {" } } USING <urn:a> USING <urn:b> WHERE { ?s ?p ?o }')
 
 
 def test_fixpoint_across_named_graphs():

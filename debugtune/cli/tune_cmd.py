@@ -1,1 +1,214 @@
-"""Commands of this stage are added by its issue; nothing registered yet."""
+"""`cann-tune auto`: tune a remedy for a run with transfer Bayesian optimisation (docs/tune.md).
+
+The tuning stage (GPy, Emukit, torch for replay) is imported when the command runs, so the CLI
+starts quickly.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from debugtune.cli.apps import tune_app
+from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, err_console, fail, session_store
+
+if TYPE_CHECKING:
+    from debugtune.engine.tune import AutoResult, Trial
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _params(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+def _trial_line(t: Trial, objectives: list[str]) -> str:
+    vals = ", ".join(f"{o}={_fmt(t.values[o])}" for o in objectives if o in t.values)
+    status = "[green]ok[/]" if t.ok else f"[red]{t.status}[/]"
+    why = f" ({escape(t.error)})" if t.error else ""
+    return f"#{t.index + 1} {status} {escape(_params(t.params))} → {escape(vals)}{why}"
+
+
+def experiments_table(res: AutoResult) -> Table:
+    """Every experiment of the session: configuration, objective values, cost and status."""
+    r = res.result
+    names = [o.name for o in r.objectives]
+    pareto = {t.index for t in r.pareto}
+    best = r.best.index if r.best else None
+    table = Table(title=f"{res.remedy}: {len(r.trials)} experiment(s), stopped on {r.stop_reason}")
+    table.add_column("#", justify="right")
+    table.add_column("from")
+    for p in res.space.names:
+        table.add_column(p, justify="right")
+    for o in r.objectives:
+        table.add_column(f"{o.name} ({o.direction})", justify="right")
+    table.add_column("cost (card-h)", justify="right")
+    table.add_column("status")
+    for t in r.trials:
+        mark = " ★" if t.index == best else (" ◆" if t.index in pareto else "")
+        table.add_row(f"{t.index + 1}{mark}", t.origin, *(_fmt(t.params[p]) for p in res.space.names),
+                      *(_fmt(t.values.get(n, "")) for n in names), f"{t.cost:.4g}",
+                      t.status if t.ok else f"[red]{t.status}[/]")
+    return table
+
+
+def print_summary(res: AutoResult) -> None:
+    r = res.result
+    console.print(experiments_table(res))
+    if r.best is not None:
+        vals = ", ".join(f"{o.name}={_fmt(r.best.values[o.name])}" for o in r.objectives)
+        console.print(f"[bold]best[/] (★): {escape(_params(r.best.params))} → {escape(vals)}", highlight=False)
+    else:
+        console.print("[yellow]no experiment succeeded[/]")
+    if len(r.objectives) > 1 and r.pareto:
+        console.print(f"[bold]Pareto front[/] (◆ and ★): experiments {', '.join(str(t.index + 1) for t in r.pareto)}; "
+                      f"hypervolume {r.hypervolume:.4g}", highlight=False)
+    budget = f" of {res.budget:.4g} budget" if res.budget is not None else ""
+    run_cost = f" (run cost {res.run_cost:.4g})" if res.run_cost is not None else ""
+    console.print(f"[bold]cost[/]: {r.spent:.4g} card-hours spent{budget}{run_cost}", highlight=False)
+    if res.history.tasks:
+        last = next((t.weights for t in reversed(r.trials) if t.weights), {})
+        used = ", ".join(f"{t.name} ({len(t)} exp, sim {t.similarity:.2f}"
+                         + (f", weight {last[t.name]:.2f})" if t.name in last else ")") for t in res.history.tasks)
+        console.print(f"[bold]history[/]: {escape(used)}", highlight=False)
+    else:
+        console.print("[bold]history[/]: none (cold start)")
+    if res.recorded:
+        console.print(f"recorded {len(res.recorded)} experiment(s) in run {res.run_id!r} as {res.session}-NNN",
+                      highlight=False)
+
+
+@tune_app.command("auto")
+def auto(
+    run: Annotated[str, typer.Argument(help="The stored run id to tune for.", show_default=False)],
+    remedy: Annotated[str | None, typer.Option("--remedy", help="Remedy id to tune (e.g. RouterInitRescale).")] = None,
+    top_suggestion: Annotated[bool, typer.Option("--top-suggestion",
+                                                 help="Tune the run's best-ranked remedy with parameters.")] = False,
+    bayesian: Annotated[bool, typer.Option("--bayesian/--random",
+                                           help="Transfer Bayesian optimisation (default) or random search.")] = True,
+    multi_objective: Annotated[bool, typer.Option("--multi-objective",
+                                                  help="Optimise every --objective (ParEGO, Pareto front).")] = False,
+    objective: Annotated[list[str] | None, typer.Option(
+        "--objective", "-o", help="Metric the trial reports, NAME or NAME:min|max (repeat). Default: loss.")] = None,
+    checkpoint: Annotated[str | None, typer.Option(
+        "--deterministic-replay", help="Checkpoint the trials replay from ({checkpoint} in --trial).")] = None,
+    trial: Annotated[str | None, typer.Option(
+        "--trial", help="Command template, e.g. 'python train.py --init-std {init_std}'; prints JSON last.")] = None,
+    trial_fn: Annotated[str | None, typer.Option("--trial-fn", help="Python trial function module:function.")] = None,
+    max_experiments: Annotated[int, typer.Option("--max-experiments", min=1)] = 5,
+    budget: Annotated[str | None, typer.Option(
+        "--budget", help="Cost budget: % of the run's training cost (5%) or card-hours (12.5).")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, help="Trials at once (local penalisation).")] = 1,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    patience: Annotated[int | None, typer.Option(
+        "--patience", min=1, help="Stop after this many experiments without --min-improvement.")] = None,
+    min_improvement: Annotated[float, typer.Option("--min-improvement", min=0.0,
+                                                   help="Relative improvement that resets patience.")] = 0.01,
+    target: Annotated[float | None, typer.Option("--target",
+                                                 help="Stop once the first objective reaches this value.")] = None,
+    timeout: Annotated[float | None, typer.Option("--timeout", min=0.0, help="Seconds per trial.")] = None,
+    executor: Annotated[str, typer.Option("--executor", help="process (default), ray or inline.")] = "process",
+    similarity: Annotated[float | None, typer.Option(
+        "--similarity", min=0.0, max=1.0, help="Similarity threshold for history (default: the KB's).")] = None,
+    run_dir: Annotated[str | None, typer.Option("--run-dir", help="Run directory (default: the stored one).")] = None,
+    record: Annotated[bool, typer.Option("--record/--no-record", help="Record experiments in the graph.")] = True,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Tune a remedy's parameters with a few experiments, transferring from similar cases in the graph."""
+    from debugtune.engine.tune import CommandTrial, Objective, TuneSpec, auto_tune, load_callable
+
+    if (trial is None) == (trial_fn is None):
+        fail("give exactly one of --trial CMD and --trial-fn module:function")
+    objectives = tuple(Objective.parse(o) for o in (objective or ["loss"]))
+    fn = CommandTrial(trial, timeout_s=timeout) if trial is not None else load_callable(trial_fn)
+    spec = TuneSpec(remedy=remedy, top_suggestion=top_suggestion, objectives=objectives,
+                    multi_objective=multi_objective, strategy="bayesian" if bayesian else "random",
+                    checkpoint=checkpoint, max_experiments=max_experiments, budget=budget, parallel=parallel,
+                    seed=seed, patience=patience, min_improvement=min_improvement, target=target, timeout_s=timeout,
+                    executor=executor, similarity=similarity, run_dir=run_dir, record=record)
+    names = [o.name for o in objectives]
+    progress = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=json_out)
+    task = progress.add_task("tune", total=max_experiments)
+
+    def started(tuner, history) -> None:
+        what = f"{len(history.tasks)} similar task(s)" if history.tasks else "no history (cold start)"
+        err_console.print(f"tuning {', '.join(tuner.space.names)} over {what}", highlight=False)
+
+    def finished(t) -> None:
+        progress.advance(task)
+        if not json_out:
+            progress.console.print(_trial_line(t, names), highlight=False)
+
+    with session_store(store) as st, progress:
+        result = auto_tune(st, run, fn, spec, on_start=None if json_out else started, on_trial=finished)
+    if json_out:
+        emit_json(result.as_dict())
+    else:
+        print_summary(result)
+
+
+# --- `cann-tune roi` (issue 9, report stage): the return on a debugging setup; maths in engine/report/cost.py ---
+
+@tune_app.command("roi")
+def roi_command(
+    params: Annotated[float, typer.Option("--params", help="Model parameters, e.g. 7e9.", show_default=False)],
+    cards: Annotated[int, typer.Option("--cards", min=1, help="Accelerators the job runs on.", show_default=False)],
+    card_hour_cost: Annotated[float | None, typer.Option(
+        "--card-hour-cost", min=0.0, help="Price of one card-hour (default: the knowledge base's).")] = None,
+    hours_to_detect: Annotated[float | None, typer.Option(
+        "--hours-to-detect", min=0.0, help="Hours to notice and localise a problem by hand (default: the KB's).",
+    )] = None,
+    tool_hours: Annotated[float | None, typer.Option(
+        "--tool-hours-to-detect", min=0.0, help="Hours the automatic diagnosis needs (default: the KB's).")] = None,
+    checkpoint_hours: Annotated[float | None, typer.Option(
+        "--checkpoint-hours", min=0.0, help="Hours between checkpoints (default: the KB's).")] = None,
+    overhead: Annotated[float | None, typer.Option(
+        "--overhead", min=0.0, max=1.0, help="Fraction of step time the telemetry costs (default: the KB's).")] = None,
+    rate: Annotated[float | None, typer.Option(
+        "--incidents-per-card-day", min=0.0, help="Interruptions per card per day (default: the KB's).")] = None,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """What problems cost a job of this size, and what a debugging setup saves (docs/roi.md)."""
+    from debugtune.engine.report import CostConstants, roi
+
+    with session_store(store) as st:
+        constants = CostConstants.from_store(st).override(
+            card_hour_price=card_hour_cost, manual_detect_hours=hours_to_detect, tool_detect_hours=tool_hours,
+            checkpoint_interval_hours=checkpoint_hours, tool_overhead_fraction=overhead,
+            interruptions_per_card_day=rate)
+    out = roi(params, cards, constants).as_dict()
+    if json_out:
+        emit_json(out)
+        return
+    table = Table(title=f"ROI of a debugging setup: {params:.3g} parameters on {cards} cards")
+    table.add_column("quantity")
+    table.add_column("per day", justify="right")
+    table.add_column("per 30 days", justify="right")
+    day, month = out["per_day"], out["per_month"]
+    for key, label in (("incidents", "incidents"), ("card_hours_lost_manual", "card-h lost, detected by hand"),
+                       ("card_hours_lost_tool", "card-h lost, detected by the tool"),
+                       ("saving_card_hours", "saving (card-h)"), ("overhead_card_hours", "telemetry overhead (card-h)"),
+                       ("net_card_hours", "net saving (card-h)"), ("net_cost", "net saving ($)")):
+        table.add_row(label, f"{day[key]:,.4g}", f"{month[key]:,.4g}")
+    console.print(table)
+    hours = out["per_incident_hours"]
+    console.print("hours lost per incident: " + ", ".join(f"{k} {v:.3g}" for k, v in hours.items())
+                  + " (by hand = detect + rollback + restore)", highlight=False)
+    console.print("[bold]inputs[/] (docs/roi.md):")
+    for name, value in out["inputs"].items():
+        src = ", ".join(out["sources"].get(name, ["input"]))
+        console.print(f"  {name.replace('_', ' ')} = {_fmt(value)}  [dim]{escape(src)}[/]", highlight=False)
+    ratio = "n/a (no overhead)" if out["roi"] is None else f"{out['roi']:.3g}"
+    console.print(f"[bold]ROI[/] (net saving / overhead): {ratio}; worth it when detecting by hand takes more than "
+                  f"{out['break_even_hours_to_detect']:.3g} h", highlight=False)

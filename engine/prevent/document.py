@@ -1,0 +1,56 @@
+"""What a reader makes of one configuration file, before its keys are checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ISSUE_KINDS = ("unknown", "invalid-value", "invalid-choice", "not-in-version", "removed", "duplicate")
+
+
+@dataclass(frozen=True)
+class KeyIssue:
+    """A problem with one key: unknown, a value of the wrong type, not a choice, outside the version, duplicated."""
+
+    kind: str
+    key: str
+    raw: str = ""
+    expected: str = ""
+    closest: str = ""
+    line: int | None = None
+
+
+@dataclass
+class ConfigDoc:
+    """One configuration as read: settings by key (raw words or typed values), environment, positions.
+
+    ``settings`` holds each key once; a command-line reader has already mapped options to keys, a
+    structured reader (YAML, JSON) keeps the names as written (nested sections flattened with ".").
+    """
+
+    path: str
+    framework: str
+    source_kind: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    lines: dict[str, int] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    version: str | None = None
+    issues: list[KeyIssue] = field(default_factory=list)
+    unresolved: dict[str, str] = field(default_factory=dict)
+    """Keys whose value holds a shell expansion that could not be resolved (value → as written)."""
+
+    def set(self, key: str, value: Any, line: int | None) -> None:
+        self.settings[key] = value
+        if line is not None:
+            self.lines.setdefault(key, line)
+
+    def overlay(self, other: ConfigDoc) -> None:
+        """Take ``other``'s settings, positions, environment and issues over this document's."""
+        for key, value in other.settings.items():
+            self.settings[key] = value
+            self.unresolved.pop(key, None)
+            if key in other.lines:
+                self.lines[key] = other.lines[key]
+        self.unresolved.update(other.unresolved)
+        self.env.update(other.env)
+        self.issues += other.issues

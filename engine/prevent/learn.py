@@ -1,0 +1,218 @@
+"""The feedback loop: a run's confirmed cause whose remedy is a config change becomes a prevention rule.
+
+The run's top hypothesis names the cause; the remedy that addresses it (the most effective one with a
+usable config change, or the one asked for) gives the key and the change ``from → to``; a template from the
+knowledge base (``cases/prevention/templates.ttl``: one kept for the cause, else one for the shape of the
+change) gives the condition, message, fix and the two examples. The rule is checked against its own
+examples and written to the local graph (``GRAPH_LOCAL``) with ``dt:learnedFrom`` the hypothesis, in one
+update that replaces an earlier rule learned for the same cause and key.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from debugtune.kg.assertions import read_hypotheses
+from debugtune.kg.knowledge import thresholds
+from debugtune.kg.namespaces import DCT, DT, GRAPH_LOCAL, KB, SKOS, local_name, run_base
+from debugtune.kg.records import Hypothesis
+from debugtune.kg.results import to_python
+from debugtune.kg.sparql import iri, literal
+from debugtune.kg.store import Store
+
+from .errors import LintError
+from .keys import KeyRegistry, guess_scalar
+from .lint import Linter
+from .rules import PreventionRule, load_derivations
+from .vocab import ANY
+
+LEARNED_BASE = KB + "prevention/learned/"
+_PLACEHOLDER = re.compile(r"\{(key|from|to|from_yaml|to_yaml|framework|cause|remedy|run)\}")
+_NONE = {"", "none", "null", "unset"}
+
+
+class LearnError(LintError):
+    """A run whose cause cannot become a prevention rule (no hypothesis, low confidence, no usable change)."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """A remedy's config change: ``key`` from ``old`` to ``new`` (as written in the knowledge base)."""
+
+    remedy: str
+    key: str
+    old: str | None
+    new: str
+    effectiveness: float
+
+
+@dataclass(frozen=True)
+class Template:
+    iri: str
+    fields: dict[str, str]
+    cause: str | None
+    key: str | None
+    shape: str | None
+    sources: tuple[str, ...]
+
+
+def learn_from_run(store: Store, run_id: str, *, remedy: str | None = None,
+                   min_confidence: float | None = None) -> PreventionRule:
+    """Learn one prevention rule from the run's top hypothesis and write it to the local graph."""
+    hypotheses = read_hypotheses(store, run_id)
+    if not hypotheses:
+        raise LearnError(f"run {run_id}: no hypotheses in the store; run `cann-debug root-cause {run_id}` first")
+    top = hypotheses[0]
+    floor = min_confidence if min_confidence is not None else \
+        thresholds(store).get("prevent.learn_min_confidence", 0.5)
+    if top.confidence < floor:
+        raise LearnError(f"run {run_id}: the top hypothesis {top.cause} has confidence {top.confidence:.2f} "
+                         f"< {floor:.2f}; it is not a confirmed cause")
+    registry = KeyRegistry.from_store(store)
+    templates = _templates(store)
+    change, template = _choose(store, top, remedy, templates, registry)
+    rule, triples = _instantiate(template, change, top, run_id, registry)
+    _verify(rule, registry, store)
+    store.update(f"DELETE WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ {iri(rule.iri)} ?p ?o }} }} ;\n"
+                 f"INSERT DATA {{ GRAPH {iri(GRAPH_LOCAL)} {{\n{triples}}} }}")
+    return rule
+
+
+def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
+    rows = store.query(f"""
+        SELECT ?r ?key ?from ?to ?eff WHERE {{
+          ?r a dt:Remedy ; dt:addresses {iri(KB + cause)} ; dt:configChange ?ch .
+          ?ch dt:configKey ?key ; dt:toValue ?to .
+          OPTIONAL {{ ?ch dt:fromValue ?from }} OPTIONAL {{ ?r dt:effectiveness ?eff }}
+        }}""").dicts()
+    out = [Change(local_name(r["r"]), str(r["key"]), None if r["from"] is None else str(r["from"]), str(r["to"]),
+                  float(r["eff"] or 0.0)) for r in rows]
+    if remedy is not None:
+        out = [c for c in out if c.remedy == remedy]
+        if not out:
+            raise LearnError(f"remedy {remedy} does not address {cause} with a config change")
+    return sorted(out, key=lambda c: (-c.effectiveness, c.remedy, c.key))
+
+
+def _templates(store: Store) -> list[Template]:
+    rows = store.query("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
+    props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+    for t, p, o in rows.rows:
+        props[t.value][p.value].append(to_python(o))
+    out = []
+    for t, p in sorted(props.items()):
+        def one(name: str, ns: str = DT, p: dict[str, list[Any]] = p) -> str | None:
+            values = p.get(ns + name)
+            return str(values[0]) if values else None
+
+        fields = {n: one(n) or "" for n in ("queryTemplate", "messageTemplate", "fixTemplate", "ruleSeverity",
+                                            "errorClass", "framework", "exampleViolating", "examplePassing")}
+        fields["label"] = one("prefLabel", SKOS) or ""
+        cause = one("forCause")
+        out.append(Template(t, fields, local_name(cause) if cause else None, one("configKey"), one("changeShape"),
+                            tuple(sorted(map(str, p.get(DCT + "source", []))))))
+    return out
+
+
+def _choose(store: Store, top: Hypothesis, remedy: str | None, templates: list[Template],
+            registry: KeyRegistry) -> tuple[Change, Template]:
+    changes = _changes(store, top.cause, remedy)
+    if not changes:
+        raise LearnError(f"no remedy of {top.cause} makes a config change; nothing to learn")
+    for_cause = [t for t in templates if t.cause == top.cause]
+    for t in for_cause:
+        for c in changes:
+            if t.key in (None, c.key):
+                return c, t
+    reasons = []
+    for c in changes:
+        shape, why = change_shape(c, registry)
+        if shape is None:
+            reasons.append(f"{c.remedy}: {c.key} {c.old} → {c.new}: {why}")
+            continue
+        found = next((t for t in templates if t.shape == shape), None)
+        if found is not None:
+            return c, found
+        reasons.append(f"{c.remedy}: no template for a change of shape {shape}")
+    raise LearnError(f"no usable config change for {top.cause}: " + "; ".join(reasons))
+
+
+def change_shape(c: Change, registry: KeyRegistry) -> tuple[str | None, str]:
+    """increase, decrease, enable, disable or set, from the key's type and the two values (None + reason if
+    the change cannot become a condition: unknown key, relative or placeholder values, a key being added)."""
+    if not registry.frameworks_knowing(c.key):
+        return None, "not a known configuration key"
+    old, new = (c.old or "").strip(), c.new.strip()
+    if old.lower() in _NONE:
+        return None, "the change adds the key; only a template for the cause can say when it is missing"
+    if any(s.startswith(("x", "<", "[")) or s.endswith(">") or " " in s for s in (old, new)):
+        return None, "relative, placeholder or descriptive values"
+    a, b = guess_scalar(old), guess_scalar(new)
+    if isinstance(a, bool) and isinstance(b, bool):
+        return ("enable" if b else "disable"), ""
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a != b:
+        return ("increase" if b > a else "decrease"), ""
+    return "set", ""
+
+
+def _instantiate(t: Template, c: Change, top: Hypothesis, run_id: str,
+                 registry: KeyRegistry) -> tuple[PreventionRule, str]:
+    known = registry.frameworks_knowing(c.key)
+    framework = t.fields["framework"] if t.fields["framework"] not in ("", ANY) else (known[0] if known else ANY)
+    values = {"key": c.key, "from": _sparql(c.old), "to": _sparql(c.new), "from_yaml": _yaml(c.old),
+              "to_yaml": _yaml(c.new), "framework": framework, "cause": top.cause, "remedy": c.remedy, "run": run_id}
+    human = {**values, "from": str(c.old), "to": c.new}
+
+    def fill(name: str, table: dict[str, str]) -> str:
+        return _PLACEHOLDER.sub(lambda m: table[m.group(1)], t.fields[name])
+
+    rule_id = f"LRN-{top.cause}" if t.cause else f"LRN-{top.cause}-{c.key}"
+    rule = PreventionRule(
+        iri=LEARNED_BASE + re.sub(r"[^A-Za-z0-9_.-]", "_", rule_id), rule_id=rule_id,
+        severity=t.fields["ruleSeverity"] or "warning", message=fill("messageTemplate", human),
+        fix=fill("fixTemplate", human), framework=framework, query=fill("queryTemplate", values),
+        label=t.fields["label"], error_class=t.fields["errorClass"],
+        sources=tuple(sorted({KB + c.remedy, run_base(run_id), *t.sources})), prevents=(top.cause,),
+        learned_from=f"{run_base(run_id)}hypothesis/{top.rank}",
+        violating=(fill("exampleViolating", values),), passing=(fill("examplePassing", values),))
+    return rule, _rule_triples(rule, t.iri)
+
+
+def _rule_triples(r: PreventionRule, template: str) -> str:
+    pairs = [("a", "dt:PreventionRule"), ("dt:ruleId", literal(r.rule_id)), ("dt:ruleSeverity", literal(r.severity)),
+             ("dt:message", literal(r.message)), ("dt:fix", literal(r.fix)), ("dt:framework", literal(r.framework)),
+             ("dt:askQuery", literal(r.query)), ("dt:errorClass", literal(r.error_class)),
+             ("skos:prefLabel", literal(r.label) + "@en"), ("dt:learnedFrom", iri(r.learned_from or "")),
+             ("prov:wasDerivedFrom", iri(template)), ("dt:preventsCause", iri(KB + r.prevents[0])),
+             ("prov:generatedAtTime", literal(datetime.now(UTC).isoformat()) + "^^xsd:dateTime")]
+    pairs += [("dct:source", iri(s)) for s in r.sources]
+    pairs += [("dt:exampleViolating", literal(x)) for x in r.violating]
+    pairs += [("dt:examplePassing", literal(x)) for x in r.passing]
+    return f"{iri(r.iri)} " + " ;\n    ".join(f"{p} {o}" for p, o in pairs) + " .\n"
+
+
+def _verify(rule: PreventionRule, registry: KeyRegistry, store: Store) -> None:
+    """The rule must parse, fire on its violating example and stay quiet on its passing one."""
+    linter = Linter(registry, [rule], load_derivations(store))
+    for text, expected in ((rule.violating[0], True), (rule.passing[0], False)):
+        result = linter.lint_path(f"<{rule.rule_id} example>", text=text, only={rule.rule_id})
+        if result.rule_errors:
+            raise LearnError(f"learned rule {rule.rule_id} does not run: {result.rule_errors[0]}")
+        if (rule.rule_id in result.rule_ids()) != expected:
+            raise LearnError(f"learned rule {rule.rule_id} {'misses' if expected else 'flags'} its "
+                             f"{'violating' if expected else 'passing'} example:\n{text}")
+
+
+def _sparql(value: str | None) -> str:
+    v = guess_scalar((value or "").strip())
+    return literal(v) if isinstance(v, str) else ("true" if v is True else "false" if v is False else repr(v))
+
+
+def _yaml(value: str | None) -> str:
+    v = guess_scalar((value or "").strip())
+    return json.dumps(v) if isinstance(v, str) else ("true" if v is True else "false" if v is False else repr(v))

@@ -1,0 +1,93 @@
+"""Checking a read configuration against the known keys of its framework and version.
+
+Unknown keys (with the closest known key), values of the wrong type, values outside the choices and keys
+that the target version does not accept become ``KeyIssue``s; prevention rules report them like any
+other condition (they select ``dt:keyIssue`` nodes of the config graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from .document import ConfigDoc, KeyIssue
+from .keys import FrameworkKeys, KeySpec, guess_scalar
+from .vocab import Version, format_version, in_range
+
+
+@dataclass
+class CheckedConfig:
+    """Settings as typed values with where each came from, and the issues found."""
+
+    doc: ConfigDoc
+    values: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, str] = field(default_factory=dict)
+    """key → "set" (written in the file), "default" (the framework's default) or "derived"."""
+    issues: list[KeyIssue] = field(default_factory=list)
+
+
+def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
+          defaults_for: Collection[str] | None = None) -> CheckedConfig:
+    """Type every setting, collect issues, and add the defaults of keys that were not set (of the keys in
+    ``defaults_for`` only, when given: the keys some rule or derivation reads)."""
+    out = CheckedConfig(doc, issues=list(doc.issues))
+    allow_auto = doc.framework in ("deepspeed", "hf")
+    for name, raw in doc.settings.items():
+        line = doc.lines.get(name)
+        key = keys.canonical(name)
+        spec = keys.lookup(name)
+        if spec is None:
+            if keys.in_open_section(name):
+                out.values[name] = guess_scalar(raw) if not isinstance(raw, (list, dict)) else raw
+                out.origin[name] = "set"
+            else:
+                out.issues.append(KeyIssue("unknown", name, _text(raw), closest=keys.closest_key(name) or "",
+                                           line=line))
+            continue
+        if not in_range(version, spec.min_version, spec.max_version) and not spec.derived:
+            out.issues.append(_version_issue(spec, raw, version, line))
+            if version is not None:
+                continue
+        if name in doc.unresolved:
+            if spec.value_type == "str" or (spec.value_type == "list" and spec.item_type == "str"):
+                out.values[key] = doc.unresolved[name]
+                out.origin[key] = "set"
+            continue
+        try:
+            value = spec.coerce(raw, allow_auto=allow_auto)
+        except ValueError:
+            out.issues.append(KeyIssue("invalid-value", key, _text(raw), spec.expected(), line=line))
+            continue
+        bad = spec.bad_choices(value)
+        if bad:
+            out.issues.append(KeyIssue("invalid-choice", key, _text(raw), ", ".join(spec.choices), line=line))
+        if spec.value_type != "dict":
+            out.values[key] = value
+            out.origin[key] = "set"
+    wanted = keys.keys.keys() if defaults_for is None else (k for k in defaults_for if k in keys.keys)
+    for key in wanted:
+        spec = keys.keys[key]
+        if key in out.values or key in doc.settings or not spec.defaults or spec.derived:
+            continue
+        if not in_range(version, spec.min_version, spec.max_version):
+            continue
+        out.values[key] = list(spec.defaults) if spec.value_type == "list" else spec.defaults[0]
+        out.origin[key] = "default"
+    return out
+
+
+def _version_issue(spec: KeySpec, raw: Any, version: Version | None, line: int | None) -> KeyIssue:
+    span = ", ".join(filter(None, (spec.min_version and f"from {spec.min_version}",
+                                   spec.max_version and f"before {spec.max_version}")))
+    if version is None:
+        return KeyIssue("removed", spec.key, _text(raw), f"accepted {span}", line=line)
+    return KeyIssue("not-in-version", spec.key, _text(raw), f"accepted {span}, not in {format_version(version)}",
+                    line=line)
+
+
+def _text(raw: Any) -> str:
+    if isinstance(raw, (list, tuple)):
+        return " ".join(_text(x) for x in raw)
+    if isinstance(raw, bool):
+        return str(raw).lower()
+    return "" if raw is None else str(raw)

@@ -1,0 +1,190 @@
+"""A whole tuning session for a run: remedy → search space → history → loop → experiments in the graph.
+
+This is what ``cann-tune auto`` runs. The remedy is given or is the run's top suggestion; its tuning
+parameters (from the graph) make the search space; the experiments of similar cases and runs make the
+history; trials run through an executor; each finished trial is recorded in the run's graph at once.
+A budget written ``5%`` is a fraction of the run's own training cost in card-hours: ``card_hours`` in
+its ``run.json``, else the sum of ``step_time_ms`` over every rank and step of its telemetry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from debugtune.engine.suggest import remedy_details, run_signature, suggest
+from debugtune.engine.telemetry import TelemetryError, read_run_json, read_telemetry
+from debugtune.engine.tune.data import Objective, TuningResult
+from debugtune.engine.tune.errors import TuneError
+from debugtune.engine.tune.history import History, load_history
+from debugtune.engine.tune.record import new_session_id, record_trial
+from debugtune.engine.tune.space import SearchSpace
+from debugtune.engine.tune.trials import CommandTrial, TrialFunction, make_executor
+from debugtune.engine.tune.tuner import StopRule, Tuner
+from debugtune.kg.assertions import runs
+from debugtune.kg.records import Suggestion
+from debugtune.kg.store import Store
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A cost budget: a fraction of the run's training cost (``"5%"``) or card-hours (``"12.5"``)."""
+
+    fraction: float | None = None
+    card_hours: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        raw = text.strip().lower()
+        try:
+            if raw.endswith("%"):
+                value = float(raw[:-1]) / 100.0
+                if not 0 < value <= 100:
+                    raise ValueError
+                return cls(fraction=value)
+            value = float(raw.removesuffix("h"))
+        except ValueError:
+            raise TuneError(f"--budget {text!r}: expected a percentage of the run's cost (5%) "
+                            "or card-hours (12.5)") from None
+        if not (math.isfinite(value) and value > 0):
+            raise TuneError(f"--budget {text!r}: must be positive")
+        return cls(card_hours=value)
+
+    def resolve(self, run_cost: float | None, run_id: str) -> float:
+        if self.card_hours is not None:
+            return self.card_hours
+        if run_cost is None or run_cost <= 0:
+            raise TuneError(f"a budget in % needs the training cost of run {run_id!r}: put \"card_hours\" in its "
+                            "run.json, record step_time_ms telemetry, or give the budget in card-hours")
+        return float(self.fraction) * run_cost
+
+
+def run_cost(run_dir: str | Path | None) -> float | None:
+    """The run's training cost in card-hours (see module doc), or None when it cannot be told."""
+    if run_dir is None or not Path(run_dir).is_dir():
+        return None
+    path = Path(run_dir)
+    if (path / "run.json").exists():
+        meta = read_run_json(path)
+        value = meta.get("card_hours")
+        if value is not None:
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise TuneError(f"{path / 'run.json'}: card_hours must be a positive number, got {value!r}")
+            return float(value)
+    try:
+        tel = read_telemetry(path, metrics="step_time_ms", columns=["value"])
+    except TelemetryError:
+        return None
+    total = float(tel.table.column("value").to_numpy().sum()) if len(tel) else 0.0
+    return total / 3.6e6 if total > 0 else None
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """What ``cann-tune auto`` was asked (defaults as in the CLI)."""
+
+    remedy: str | None = None
+    top_suggestion: bool = False
+    objectives: tuple[Objective, ...] = (Objective("loss"),)
+    multi_objective: bool = False
+    strategy: str = "bayesian"
+    checkpoint: str | None = None
+    max_experiments: int = 5
+    budget: str | None = None
+    parallel: int = 1
+    seed: int = 0
+    patience: int | None = None
+    min_improvement: float = 0.01
+    target: float | None = None
+    timeout_s: float | None = None
+    executor: str = "process"
+    similarity: float | None = None
+    run_dir: str | None = None
+    record: bool = True
+
+
+@dataclass(frozen=True)
+class AutoResult:
+    """The session: remedy, space, history used, the tuning result, budget and what was recorded."""
+
+    run_id: str
+    remedy: str
+    session: str
+    space: SearchSpace
+    history: History
+    result: TuningResult
+    budget: float | None
+    run_cost: float | None
+    recorded: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run_id, "remedy": self.remedy, "session": self.session,
+                "parameters": [p.__dict__ for p in self.space.parameters], "history": self.history.as_dict(),
+                "prior_experiments": len(self.history.prior), "budget_card_hours": self.budget,
+                "run_cost_card_hours": self.run_cost, "recorded": list(self.recorded), **self.result.as_dict()}
+
+
+def choose_remedy(store: Store, run_id: str, remedy: str | None, top_suggestion: bool) -> Suggestion:
+    """The remedy to tune: the one named, or the run's best-ranked suggestion that has tuning parameters."""
+    if bool(remedy) == bool(top_suggestion):
+        raise TuneError("give exactly one of --remedy ID and --top-suggestion")
+    if remedy:
+        return remedy_details(store, remedy)
+    for s in suggest(store, run_id):
+        if s.parameters:
+            return remedy_details(store, s.remedy)
+    raise TuneError(f"no suggested remedy for run {run_id!r} has tuning parameters (diagnose the run first?)")
+
+
+def _run_dir(store: Store, run_id: str, given: str | None) -> str | None:
+    if given:
+        return given
+    for r in runs(store):
+        if r["run"] == run_id:
+            return r.get("dir")
+    return None
+
+
+def auto_tune(store: Store, run_id: str, trial: TrialFunction, spec: TuneSpec, *,
+              on_start: Callable[[Tuner, History], None] | None = None,
+              on_trial: Callable[[Any], None] | None = None) -> AutoResult:
+    """Run one tuning session for ``run_id`` with ``trial`` (a CommandTrial or CallableTrial)."""
+    run_signature(store, run_id)  # an unknown run raises here, naming the closest ones
+    chosen = choose_remedy(store, run_id, spec.remedy, spec.top_suggestion)
+    space = SearchSpace(chosen.parameters)
+    if isinstance(trial, CommandTrial):
+        trial.check(space.names, checkpoint=spec.checkpoint is not None)
+    replay_ref = None
+    if spec.checkpoint is not None:
+        from debugtune.engine.tune.replay import Checkpoint  # needs torch
+
+        replay_ref = str(Checkpoint.load(spec.checkpoint).path)
+    cost = run_cost(_run_dir(store, run_id, spec.run_dir))
+    budget = Budget.parse(spec.budget).resolve(cost, run_id) if spec.budget else None
+    names = [o.name for o in spec.objectives]
+    history = load_history(store, run_id, chosen.remedy, names, threshold=spec.similarity)
+    tuner = Tuner(space, spec.objectives, history=history.tasks if spec.strategy == "bayesian" else (),
+                  prior=history.prior, seed=spec.seed, parallel=spec.parallel, multi_objective=spec.multi_objective,
+                  strategy=spec.strategy,
+                  stop=StopRule(max_experiments=spec.max_experiments, budget=budget, patience=spec.patience,
+                                min_improvement=spec.min_improvement, target=spec.target))
+    session = new_session_id()
+    recorded: list[str] = []
+
+    def finished(t):
+        if spec.record:
+            recorded.append(record_trial(store, run_id, chosen.remedy, session, t, replay_ref).id)
+        if on_trial is not None:
+            on_trial(t)
+
+    if on_start is not None:
+        on_start(tuner, history)
+    executor = make_executor(trial, spec.executor, parallel=spec.parallel, timeout_s=spec.timeout_s)
+    try:
+        result = tuner.run(executor, checkpoint=replay_ref, on_trial=finished)
+    finally:
+        executor.close()
+    return AutoResult(run_id, chosen.remedy, session, space, history, result, budget, cost, tuple(recorded))

@@ -1,0 +1,304 @@
+"""The tuning loop: initial design, Emukit BO with the RGPE model, batches, several objectives, stopping.
+
+Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes the finished trials;
+:meth:`Tuner.run` drives both with an ``evaluate(requests) -> outcomes`` function (see ``trials.py``).
+
+* Initial design. With history: the best configuration of each historical task, most similar task
+  first (as many as the batch holds), then BO at once. Cold start: ``n_init`` random points.
+* BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
+  (historical tasks + the target's observations), expected improvement over the target's best, and
+  local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
+* Several objectives: ParEGO; new scalarisation weights each iteration, history scalarised alike.
+* Failed trials stay recorded as failed; the model sees them at the worst value observed, so it does
+  not propose them again.
+* Stopping: max experiments, a cost budget (the next batch is not started when its expected cost
+  would exceed what is left), patience with a minimum relative improvement, or a target value.
+* Seeded: one ``numpy.random.Generator`` drives the design, RGPE's weight draws, ParEGO's weights and
+  (via :func:`seeded_global`) GPy's restarts and Emukit's anchor sampling, so a seed replays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from emukit.bayesian_optimization.acquisitions import ExpectedImprovement
+from emukit.bayesian_optimization.loops import BayesianOptimizationLoop
+from emukit.core.optimization import GradientAcquisitionOptimizer, RandomSearchAcquisitionOptimizer
+
+from debugtune.engine.tune.data import Objective, Task, Trial, TrialOutcome, TrialRequest, TuningResult, finite
+from debugtune.engine.tune.errors import TuneError
+from debugtune.engine.tune.pareto import ParEGO, hypervolume, pareto_mask, reference_point
+from debugtune.engine.tune.rgpe import RGPEModel, seeded_global
+from debugtune.engine.tune.space import SearchSpace
+
+STRATEGIES = ("bayesian", "random")
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When a session stops. ``budget`` in card-hours; ``target`` in the first objective's units."""
+
+    max_experiments: int = 5
+    budget: float | None = None
+    patience: int | None = None
+    min_improvement: float = 0.01
+    target: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_experiments < 1:
+            raise TuneError(f"max experiments must be at least 1, got {self.max_experiments}")
+        if self.budget is not None and not self.budget > 0:
+            raise TuneError(f"the cost budget must be positive, got {self.budget}")
+        if self.patience is not None and self.patience < 1:
+            raise TuneError(f"patience must be at least 1 experiment, got {self.patience}")
+        if self.min_improvement < 0:
+            raise TuneError(f"the minimum relative improvement must be >= 0, got {self.min_improvement}")
+
+
+class Tuner:
+    """One tuning session over ``space`` (see the module doc)."""
+
+    def __init__(self, space: SearchSpace, objectives: Sequence[Objective], *, history: Sequence[Task] = (),
+                 prior: Sequence[tuple[dict[str, Any], dict[str, float]]] = (), seed: int = 0, parallel: int = 1,
+                 multi_objective: bool = False, strategy: str = "bayesian", n_init: int | None = None,
+                 stop: StopRule | None = None, restarts: int = 1):
+        if not objectives:
+            raise TuneError("no objective to optimise")
+        if multi_objective and len(objectives) < 2:
+            raise TuneError("--multi-objective needs at least two objectives")
+        if strategy not in STRATEGIES:
+            raise TuneError(f"strategy {strategy!r} is not one of {STRATEGIES}")
+        if parallel < 1:
+            raise TuneError(f"parallel must be at least 1, got {parallel}")
+        self.space, self.seed, self.parallel, self.strategy = space, seed, parallel, strategy
+        self.objectives = tuple(objectives)
+        self.optimised = self.objectives if multi_objective else self.objectives[:1]
+        self.stop = stop or StopRule()
+        self.rng = np.random.default_rng(seed)
+        self.n_init = n_init if n_init is not None else int(np.clip(space.dim + 1, 2, 4))
+        self.restarts = restarts
+        self.parego = ParEGO(len(self.optimised), self.rng) if multi_objective else None
+        self.history = [t for t in (self._encode_task(t) for t in history) if t is not None]
+        self.prior_X, self.prior_F = self._encode_rows(prior)
+        self.trials: list[Trial] = []
+        self._model: RGPEModel | None = None
+        self._weights: dict[str, float] = {}
+        self._batch = 0
+        self._origin = "bo"
+        self._best_trace: list[float] = []
+
+    # -- data ------------------------------------------------------------------------------------------
+    def _signed(self, values: dict[str, float]) -> np.ndarray | None:
+        row = [values.get(o.name) for o in self.optimised]
+        if not all(finite(v) for v in row):
+            return None
+        return np.array([o.sign * float(v) for o, v in zip(self.optimised, row, strict=True)])
+
+    def _encode_rows(self, rows: Sequence[tuple[dict[str, Any], dict[str, float]]]) -> tuple[np.ndarray, np.ndarray]:
+        X, F = [], []
+        for params, values in rows:
+            f = self._signed(values)
+            if f is not None and self.space.contains(params):
+                X.append(self.space.encode(params))
+                F.append(f)
+        return (np.array(X).reshape(len(X), self.space.dim), np.array(F).reshape(len(F), len(self.optimised)))
+
+    def _encode_task(self, task: Task) -> tuple[Task, np.ndarray, np.ndarray] | None:
+        X, F = self._encode_rows(list(zip(task.configs, task.values, strict=True)))
+        return (task, X, F) if len(X) >= 1 else None
+
+    def target_data(self) -> tuple[np.ndarray, np.ndarray]:
+        """The target's points and signed objective rows: prior experiments, then ok trials, then failed ones
+        imputed with the worst value seen (so the model steers away from them)."""
+        X, F = [self.prior_X], [self.prior_F]
+        failed = []
+        for t in self.trials:
+            f = self._signed(t.values) if t.ok else None
+            if f is None:
+                failed.append(self.space.encode(t.params))
+            else:
+                X.append(self.space.encode(t.params)[None])
+                F.append(f[None])
+        Xa, Fa = np.concatenate(X), np.concatenate(F)
+        if failed and len(Fa):
+            Xa = np.concatenate([Xa, np.array(failed)])
+            Fa = np.concatenate([Fa, np.repeat(Fa.max(axis=0, keepdims=True), len(failed), axis=0)])
+        return Xa, Fa
+
+    def _scalar(self, F: np.ndarray) -> np.ndarray:
+        return self.parego(F) if self.parego is not None else F[:, :1]
+
+    # -- ask -------------------------------------------------------------------------------------------
+    def ask(self, n: int | None = None) -> list[dict[str, Any]]:
+        """The next batch of configurations (``n`` defaults to the parallel width)."""
+        n = n or self.parallel
+        X, _ = self.target_data()
+        self._weights = {}
+        if self.strategy == "random":
+            points, origin = self.space.sample(n, self.rng), "random"
+        elif len(X) == 0 and self.history:
+            points, origin = self._historical_design(n), "history"
+        elif len(X) < (1 if self.history else self.n_init):
+            points, origin = self.space.sample(min(n, self.n_init - len(X)), self.rng), "random"
+        else:
+            points, origin = self._bo_points(n), "bo"
+        self._origin = origin
+        return [self.space.decode(x) for x in points]
+
+    def _historical_design(self, n: int) -> np.ndarray:
+        order = sorted(range(len(self.history)), key=lambda i: -self.history[i][0].similarity)
+        picks: list[np.ndarray] = []
+        scored = []
+        for i in order:
+            _task, Xh, Fh = self.history[i]
+            s = self._scalar(Fh)[:, 0] if len(Fh) > 1 else np.zeros(1)
+            scored.append(Xh[np.argsort(s, kind="stable")])
+        rank = 0
+        while len(picks) < n and any(rank < len(c) for c in scored):
+            for cands in scored:
+                if rank < len(cands) and len(picks) < n:
+                    x = self.space.round(cands[rank])[0]
+                    if not any(np.array_equal(x, p) for p in picks):
+                        picks.append(x)
+            rank += 1
+        while len(picks) < n:
+            picks.append(self.space.sample(1, self.rng)[0])
+        return np.array(picks)
+
+    def _bo_points(self, n: int) -> np.ndarray:
+        if self.parego is not None:
+            self.parego.resample()
+        X, F = self.target_data()
+        Y = self._scalar(F)
+        tasks = [(Xh, self._scalar(Fh)) for _t, Xh, Fh in self.history]
+        names = [t.name for t, _x, _f in self.history]
+        if self._model is None:
+            self._model = RGPEModel(X, Y, tasks, rng=self.rng, restarts=self.restarts, task_names=names)
+        else:
+            self._model.set_base_tasks(tasks, names)
+            self._model.set_data(X, Y)
+        model = self._model
+        with seeded_global(self.rng):
+            model.optimize()
+            self._weights = dict(zip([*model.task_names, "target"], map(float, model.weights), strict=True))
+            if self.space.is_finite:
+                optimizer = RandomSearchAcquisitionOptimizer(self.space.emukit, num_eval_points=2000)
+            else:
+                optimizer = GradientAcquisitionOptimizer(self.space.emukit, num_samples=500, num_anchor=2)
+            loop = BayesianOptimizationLoop(self.space.emukit, model, ExpectedImprovement(model),
+                                            batch_size=n, acquisition_optimizer=optimizer)
+            with np.errstate(all="ignore"):
+                points = loop.get_next_points(None)
+        return self.space.round(points)
+
+    # -- tell ------------------------------------------------------------------------------------------
+    def tell(self, requests: Sequence[TrialRequest], outcomes: Sequence[TrialOutcome]) -> list[Trial]:
+        """Record a finished batch (same order as the requests)."""
+        out = []
+        for req, res in zip(requests, outcomes, strict=True):
+            status, error = res.status, res.error
+            if status == "ok":
+                missing = [o.name for o in self.objectives if not finite(res.values.get(o.name))]
+                if missing:
+                    status = "failed"
+                    error = f"trial returned no finite value for objective(s) {', '.join(missing)}"
+            t = Trial(index=req.index, params=dict(req.params), values=dict(res.values), cost=float(res.cost),
+                      status=status, seed=req.seed, origin=self._origin, batch=self._batch, error=error,
+                      seconds=res.seconds, weights=dict(self._weights))
+            self.trials.append(t)
+            out.append(t)
+        self._batch += 1
+        self._best_trace.extend([self._progress()] * len(out))
+        return out
+
+    # -- progress and stopping ------------------------------------------------------------------------
+    @property
+    def spent(self) -> float:
+        return float(sum(t.cost for t in self.trials))
+
+    def _ok_rows(self) -> tuple[list[Trial], np.ndarray]:
+        rows = [(t, self._signed(t.values)) for t in self.trials if t.ok]
+        rows = [(t, f) for t, f in rows if f is not None]
+        return [t for t, _ in rows], np.array([f for _, f in rows]).reshape(len(rows), len(self.optimised))
+
+    def _progress(self) -> float:
+        """A quality figure that grows with progress: -best (one objective) or the front's hypervolume."""
+        trials, F = self._ok_rows()
+        if not trials:
+            return -np.inf
+        if self.parego is None:
+            return float(-F[:, 0].min())
+        return hypervolume(F[pareto_mask(F)], reference_point(F))
+
+    def should_stop(self) -> str | None:
+        """Why the session must stop now, or None."""
+        rule, n = self.stop, len(self.trials)
+        if n >= rule.max_experiments:
+            return "max-experiments"
+        if rule.budget is not None and self.trials:
+            mean_cost = self.spent / n
+            if self.spent >= rule.budget or self.spent + mean_cost * min(self.parallel, rule.max_experiments - n) \
+                    > rule.budget * (1 + 1e-9):
+                return "budget"
+        if rule.target is not None and self.best() is not None:
+            obj = self.objectives[0]
+            if obj.better(self.best().values[obj.name], rule.target):
+                return "target"
+        if rule.patience is not None and n > rule.patience:
+            if self._stalled(rule.patience, rule.min_improvement):
+                return "patience"
+        return None
+
+    def _stalled(self, patience: int, min_improvement: float) -> bool:
+        trials, F = self._ok_rows()
+        if not trials:
+            return True
+        if self.parego is None:
+            before = self._best_trace[-patience - 1]
+            now = self._best_trace[-1]
+            return not now - before > min_improvement * max(abs(before), 1e-12)
+        ref = reference_point(F)
+        recent = {t.index for t in self.trials[-patience:]}
+        old = np.array([i for i, t in enumerate(trials) if t.index not in recent], dtype=int)
+        hv_now = hypervolume(F[pareto_mask(F)], ref)
+        hv_old = hypervolume(F[old][pareto_mask(F[old])], ref) if len(old) else 0.0
+        return not hv_now - hv_old > min_improvement * max(hv_old, 1e-12)
+
+    def best(self) -> Trial | None:
+        """The best trial on the first objective (multi-objective: the Pareto point best on it)."""
+        trials, F = self._ok_rows()
+        if not trials:
+            return None
+        if self.parego is not None:
+            front = np.flatnonzero(pareto_mask(F))
+            return trials[int(front[np.argmin(F[front, 0])])]
+        return trials[int(np.argmin(F[:, 0]))]
+
+    def result(self, stop_reason: str) -> TuningResult:
+        trials, F = self._ok_rows()
+        if self.parego is not None and trials:
+            mask = pareto_mask(F)
+            pareto = tuple(t for t, m in zip(trials, mask, strict=True) if m)
+            hv = hypervolume(F[mask], reference_point(F))
+        else:
+            pareto, hv = (), None
+        return TuningResult(trials=tuple(self.trials), objectives=self.objectives, best=self.best(), pareto=pareto,
+                            hypervolume=hv, spent=self.spent, budget=self.stop.budget, stop_reason=stop_reason)
+
+    # -- driver ----------------------------------------------------------------------------------------
+    def run(self, evaluate: Callable[[list[TrialRequest]], list[TrialOutcome]], *,
+            checkpoint: str | None = None, on_trial: Callable[[Trial], None] | None = None) -> TuningResult:
+        """Ask, evaluate and tell until a stop rule fires."""
+        while (reason := self.should_stop()) is None:
+            room = self.stop.max_experiments - len(self.trials)
+            configs = self.ask(min(self.parallel, room))
+            start = len(self.trials)
+            requests = [TrialRequest(index=start + i, params=c, seed=self.seed, checkpoint=checkpoint)
+                        for i, c in enumerate(configs)]
+            for t in self.tell(requests, evaluate(requests)):
+                if on_trial is not None:
+                    on_trial(t)
+        return self.result(reason)

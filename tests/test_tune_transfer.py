@@ -1,0 +1,176 @@
+"""The tuner on a real function family: transfer from related history, misleading history, seeds, batches,
+several objectives, failures and the stop rules.
+
+The family is the Branin function shifted and scaled (Feurer et al. 2018 use such families for RGPE);
+its known minimum is 0.397887. The history of each related task is a real earlier tuning session on it
+(cold-start BO, 12 experiments), as the graph would hold after a solved case.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from debugtune.engine.tune import (
+    Objective,
+    SearchSpace,
+    StopRule,
+    Task,
+    TrialOutcome,
+    TuneError,
+    Tuner,
+    hypervolume,
+    pareto_mask,
+)
+from debugtune.engine.tune.pareto import ParEGO
+from debugtune.kg.records import TuningParameter as P
+
+BRANIN_MIN = 0.397887
+SPACE = SearchSpace([P("u", "continuous", 0.5, 0.0, 1.0), P("v", "continuous", 0.5, 0.0, 1.0)])
+Y = [Objective("y")]
+
+
+def branin(shift=(0.0, 0.0), scale=1.0, offset=0.0):
+    def f(p):
+        x1, x2 = -5 + 15 * (p["u"] - shift[0]), 15 * (p["v"] - shift[1])
+        b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+        return scale * ((x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10) + offset
+    return f
+
+
+TARGET = branin((0.04, 0.03))
+RELATED = [branin((0.0, 0.0), 1.3, 2.0), branin((0.06, 0.01), 0.8, -0.2)]
+
+
+def session(f, history=(), seed=0, n=20, target=None, **kw):
+    tuner = Tuner(SPACE, Y, history=history, seed=seed, stop=StopRule(max_experiments=n, target=target), **kw)
+    return tuner.run(lambda reqs: [TrialOutcome({"y": f(r.params)}, 0.0) for r in reqs])
+
+
+def earlier_sessions(negate: bool) -> list[Task]:
+    tasks = []
+    for i, f in enumerate(RELATED):
+        g = (lambda p, f=f: -f(p)) if negate else f
+        res = session(g, seed=100 + i, n=12)
+        tasks.append(Task(f"case{i}", tuple(t.params for t in res.trials), tuple(t.values for t in res.trials)))
+    return tasks
+
+
+@pytest.fixture(scope="module")
+def histories():
+    return {"related": earlier_sessions(False), "misleading": earlier_sessions(True)}
+
+
+def experiments_to_optimum(history, seed: int, tol: float = 1.0, n: int = 20) -> int:
+    res = session(TARGET, history, seed, n, target=BRANIN_MIN + tol)
+    hit = res.experiments_to_target(BRANIN_MIN + tol)
+    return hit if hit is not None else n + 1
+
+
+def test_transfer_reaches_the_optimum_in_fewer_experiments_and_misleading_history_costs_little(histories):
+    seeds = (0, 1, 2)
+    cold = [experiments_to_optimum([], s) for s in seeds]
+    warm = [experiments_to_optimum(histories["related"], s) for s in seeds]
+    misled = [experiments_to_optimum(histories["misleading"], s) for s in seeds]
+    assert statistics.median(warm) < statistics.median(cold), (warm, cold)
+    assert sum(warm) < sum(cold), (warm, cold)
+    assert statistics.median(misled) <= statistics.median(cold) + 2, (misled, cold)
+
+
+def test_the_same_seed_gives_the_same_proposals(histories):
+    a = session(TARGET, histories["related"], seed=5, n=6)
+    b = session(TARGET, histories["related"], seed=5, n=6)
+    c = session(TARGET, histories["related"], seed=6, n=6)
+    assert [t.params for t in a.trials] == [t.params for t in b.trials]
+    assert [t.weights for t in a.trials] == [t.weights for t in b.trials]
+    assert [t.params for t in a.trials] != [t.params for t in c.trials]
+
+
+def test_rgpe_weights_favour_related_history_and_drop_misleading_history(histories):
+    good = session(TARGET, histories["related"], seed=0, n=8)
+    bad = session(TARGET, histories["misleading"], seed=0, n=8)
+    assert good.trials[0].origin == "history"
+    last_good, last_bad = good.trials[-1].weights, bad.trials[-1].weights
+    assert sum(w for k, w in last_good.items() if k != "target") > 0.5
+    assert last_bad["target"] > 0.5
+
+
+def test_a_parallel_batch_holds_distinct_points_from_local_penalisation():
+    tuner = Tuner(SPACE, Y, seed=3, parallel=3, stop=StopRule(max_experiments=9))
+    res = tuner.run(lambda reqs: [TrialOutcome({"y": TARGET(r.params)}, 0.0) for r in reqs])
+    assert len(res.trials) == 9
+    batches = {}
+    for t in res.trials:
+        batches.setdefault(t.batch, []).append((round(t.params["u"], 6), round(t.params["v"], 6)))
+    bo = [pts for b, pts in batches.items() if len(pts) == 3 and b > 0]
+    assert bo, batches
+    assert all(len(set(pts)) == 3 for pts in bo)
+
+
+def test_pareto_mask_and_hypervolume_on_known_points():
+    F = np.array([[1.0, 4.0], [2.0, 2.0], [4.0, 1.0], [3.0, 3.0], [2.0, 2.0]])
+    assert pareto_mask(F).tolist() == [True, True, True, False, True]
+    # union of the boxes to the reference (5, 5): 4 + 9 + 4 - overlaps = 11
+    assert hypervolume(F[pareto_mask(F)], np.array([5.0, 5.0])) == pytest.approx(11.0)
+    assert hypervolume(np.array([[1.0, 1.0, 1.0]]), np.array([2.0, 3.0, 4.0])) == pytest.approx(6.0)
+    scal = ParEGO(2, np.random.default_rng(0))
+    assert scal(F).shape == (5, 1)
+
+
+def test_several_objectives_give_a_pareto_front_with_its_hypervolume():
+    def trial(p):  # a trade-off: quality against cost
+        return {"err": (p["u"] - 0.8) ** 2 + 0.1 * p["v"], "time": p["u"] + 0.2 * (1 - p["v"])}
+    objectives = [Objective("err"), Objective("time")]
+    tuner = Tuner(SPACE, objectives, seed=0, multi_objective=True, stop=StopRule(max_experiments=10))
+    res = tuner.run(lambda reqs: [TrialOutcome(trial(r.params), 0.0) for r in reqs])
+    assert len(res.pareto) >= 2 and res.hypervolume > 0
+    F = np.array([[t.values["err"], t.values["time"]] for t in res.trials])
+    front = {t.index for t in res.pareto}
+    for i, t in enumerate(res.trials):  # nothing on the front is dominated
+        if t.index in front:
+            assert not any(np.all(F[j] <= F[i]) and np.any(F[j] < F[i]) for j in range(len(F)))
+    assert res.best in res.pareto
+    with pytest.raises(TuneError, match="at least two objectives"):
+        Tuner(SPACE, objectives[:1], multi_objective=True)
+
+
+def test_failed_trials_are_recorded_and_the_loop_goes_on():
+    def evaluate(reqs):
+        return [TrialOutcome({}, 0.1, "failed", "diverged") if r.params["u"] > 0.7
+                else TrialOutcome({"y": TARGET(r.params)}, 0.1) for r in reqs]
+    tuner = Tuner(SPACE, Y, seed=0, stop=StopRule(max_experiments=10))
+    res = tuner.run(evaluate)
+    assert len(res.trials) == 10
+    failed = [t for t in res.trials if t.status == "failed"]
+    assert failed and all(t.error == "diverged" for t in failed)
+    assert res.best is not None and res.best.params["u"] <= 0.7
+    assert res.spent == pytest.approx(1.0)
+    # a trial that reports no value for the objective is a failure too
+    missing = Tuner(SPACE, Y, seed=1, stop=StopRule(max_experiments=2))
+    out = missing.run(lambda reqs: [TrialOutcome({"loss": 1.0}, 0.0) for _ in reqs])
+    assert all(t.status == "failed" and "objective(s) y" in t.error for t in out.trials)
+
+
+def test_stop_rules_budget_patience_and_target():
+    costly = Tuner(SPACE, Y, seed=0, stop=StopRule(max_experiments=10, budget=2.5))
+    res = costly.run(lambda reqs: [TrialOutcome({"y": TARGET(r.params)}, 1.0) for r in reqs])
+    assert res.stop_reason == "budget" and res.spent <= 2.5 and len(res.trials) == 2
+    patient = Tuner(SPACE, Y, seed=0, stop=StopRule(max_experiments=20, patience=3, min_improvement=0.01))
+    res = patient.run(lambda reqs: [TrialOutcome({"y": 1.0}, 0.0) for _ in reqs])
+    assert res.stop_reason == "patience" and len(res.trials) == 4
+    reached = session(TARGET, n=20, target=50.0)
+    assert reached.stop_reason == "target" and reached.best.values["y"] <= 50.0
+    assert reached.experiments_to_target(50.0) == len(reached.trials)
+    with pytest.raises(TuneError, match="budget must be positive"):
+        StopRule(budget=0)
+
+
+def test_maximised_objectives_and_random_search():
+    res = session(lambda p: -TARGET(p), n=6, strategy="random")
+    assert all(t.origin == "random" for t in res.trials)
+    up = Tuner(SPACE, [Objective.parse("y:max")], seed=0, stop=StopRule(max_experiments=6))
+    out = up.run(lambda reqs: [TrialOutcome({"y": -TARGET(r.params)}, 0.0) for r in reqs])
+    assert out.best.values["y"] == max(t.values["y"] for t in out.trials)

@@ -1,8 +1,12 @@
-"""`cann-debug kb stats | check`: what the knowledge base holds and whether it is well-formed."""
+"""`cann-debug kb stats | check | export`: what the knowledge base holds, whether it is well-formed, a backup."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from debugtune.cli.apps import kb_app
@@ -47,3 +51,28 @@ def check(store: StoreOption = None, json_out: JsonOption = False) -> None:
         console.print(table)
     if violations:
         raise typer.Exit(1)
+
+
+@kb_app.command("export")
+def export(
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the RO-Crate (.zip).")],
+    license_id: Annotated[str, typer.Option("--license", help="SPDX licence id or licence URL.")] = "CC-BY-SA-4.0",
+    attribution: Annotated[str | None, typer.Option(help="Who to credit.")] = None,
+    privacy_safe: Annotated[bool, typer.Option("--privacy-safe/--no-privacy-safe",
+                                               help="Scrub names, secrets and paths from the local and package "
+                                                    "graphs.")] = True,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Package the whole local knowledge base (ontology, KB, local graph, imported packages) as an RO-Crate."""
+    from debugtune.engine.contribute import export_knowledge
+
+    with session_store(store) as st:
+        result = export_knowledge(st, out, license_id=license_id, attribution=attribution, privacy_safe=privacy_safe)
+    if json_out:
+        emit_json(result.as_dict())
+        return
+    console.print(f"[green]wrote[/] {escape(str(result.path))}: {len(result.graphs)} named graphs, "
+                  f"{sum(result.graphs.values())} triples")
+    for graph, n in result.graphs.items():
+        console.print(f"  {escape(graph)}: {n}")

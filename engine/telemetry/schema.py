@@ -42,6 +42,9 @@ GRADIENT_METRICS = {
     "act_nan": "count of NaN activation elements",
     "exp_avg_norm": "L2 norm of Adam's first moment of a parameter (msprobe exp_avg)",
     "exp_avg_sq_norm": "L2 norm of Adam's second moment of a parameter (msprobe exp_avg_sq)",
+    # added by the live probe (issue 3); also 'grad_log2_hist:<bin>' (count per log2 magnitude bin,
+    # labels as debugtune.native.HIST_LABELS) and '<series>_alarm_<kind>' (a live detector fired)
+    "grad_norm_logged": "gradient norm as logged by the training script on steps the probe measured itself",
 }
 CONVERGENCE_METRICS = {
     "loss": "training loss", "lr": "learning rate", "eval_loss": "validation loss",
@@ -91,6 +94,8 @@ HARDWARE_METRICS = {
     "mem_util_pct": "memory-controller (bandwidth) utilisation of the device",
     "mem_used_pct": "device memory used, percent of total (npu-smi watch)",
     "sample_time_s": "seconds since the first sample, for time-sampled series whose step is the sample index",
+    # added by the live probe's hardware sampler (issue 3)
+    "host_mem_total_bytes": "host memory total",
 }
 
 METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,

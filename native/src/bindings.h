@@ -4,4 +4,8 @@
 
 namespace debugtune {
 void register_info(nanobind::module_ &m);
+void register_stats(nanobind::module_ &m);
+void register_detectors(nanobind::module_ &m);
+void register_sampler(nanobind::module_ &m);
+void register_copy(nanobind::module_ &m);
 }  // namespace debugtune

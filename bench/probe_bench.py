@@ -1,0 +1,202 @@
+"""Probe benchmark: the fused statistics kernel against numpy and torch, and the step-time overhead of ``attach``.
+
+Part 1 computes the same statistics (L2 norm, abs-max, min, max, zeros, tiny, large, NaN, Inf and the log2
+magnitude histogram) of 1M, 16M and 64M float32 values three ways, side by side in one run:
+``debugtune.native.tensor_stats`` (one pass, C++), numpy (idiomatic vectorised calls) and torch
+(``engine/capture/torch_stats.py``, torch's own intra-op threads), and prints their ratios plus the
+kernel's GB/s against one memory-bound numpy reduction (``np.add.reduce`` and ``np.dot(x, x)``).
+
+Part 2 trains an MLP with more than 5M parameters (Adam, synthetic data) and compares the median step time
+with and without ``debugtune.attach`` (defaults: every step, hardware sampler on), in interleaved blocks.
+
+    .venv/bin/python bench/probe_bench.py [--quick]
+
+Goals: kernel >= 3x numpy, >= 1.5x torch; attach overhead <= 5 %. Figures depend on the machine and on what
+else runs on it: compare ratios from one run, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from debugtune import native  # noqa: E402
+from debugtune.native import HIST_BINS, HIST_LO  # noqa: E402
+
+EPS, LARGE = 1e-8, 1e3
+
+
+def numpy_stats(x: np.ndarray, eps: float, large: float) -> dict[str, float]:
+    """The same statistics with numpy: one vectorised call per quantity."""
+    a = np.abs(x)
+    nan = np.isnan(x)
+    inf = np.isinf(x)
+    fin = ~(nan | inf)
+    xf = np.where(fin, x, np.float32(0))
+    xd = xf.astype(np.float64)  # the norm accumulated in float64, as the kernel does
+    finite_abs = a[fin]
+    nz = finite_abs[finite_abs > 0]
+    bins = np.clip(np.frexp(nz)[1] - 1 - HIST_LO + 2, 1, HIST_BINS - 2)
+    hist = np.bincount(bins, minlength=HIST_BINS)
+    hist[0] = np.count_nonzero(x == 0)
+    hist[-1] = np.count_nonzero(inf)
+    return {
+        "sum": float(np.add.reduce(xf, dtype=np.float64)), "norm": math.sqrt(float(np.dot(xd, xd))),
+        "absmax": float(finite_abs.max()), "min": float(np.where(fin, x, np.inf).min()),
+        "max": float(np.where(fin, x, -np.inf).max()), "zeros": int(hist[0]),
+        "tiny": int(np.count_nonzero(a < np.float32(eps))), "large": int(np.count_nonzero(fin & (a >= large))),
+        "nan": int(np.count_nonzero(nan)), "inf": int(hist[-1]), "hist": hist,
+    }
+
+
+def best_of(fn, repeat: int) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def data(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n, dtype=np.float32) * np.float32(1e-2)
+    x[rng.integers(0, n, n // 1000)] = 0.0
+    x[rng.integers(0, n, 16)] = np.nan
+    x[rng.integers(0, n, 16)] = np.inf
+    return x
+
+
+def contenders(x: np.ndarray, t: Any, threads: int) -> dict[str, Callable[[], object]]:
+    from debugtune.engine.capture.torch_stats import torch_stats_many
+
+    return {
+        "native": lambda: native.tensor_stats(x, EPS, large=LARGE, threads=threads),
+        "numpy": lambda: numpy_stats(x, EPS, LARGE),
+        "torch": lambda: torch_stats_many([t], EPS, large=LARGE),
+        "reduce": lambda: np.add.reduce(x),
+        "dot": lambda: np.dot(x, x),
+    }
+
+
+def kernel_bench(sizes: list[int], repeat: int, threads: int) -> None:
+    """One table; ``threads`` = 1 pins native and torch to one thread, 0 lets both use every core."""
+    import torch
+
+    from debugtune.engine.capture.torch_stats import torch_stats_many
+
+    torch.set_num_threads(1 if threads == 1 else os.cpu_count() or 1)
+    label = "one thread each" if threads == 1 else f"all cores: native auto (<= {native.hardware_threads()})"
+    print(f"== fused statistics, float32, {label}, torch threads {torch.get_num_threads()} ==")
+    head = (f"{'n':>5} | {'native ms':>9} {'GB/s':>6} | {'numpy ms':>9} {'x':>6} | {'torch ms':>9} {'x':>6} | "
+            f"{'add.reduce GB/s':>15} {'dot GB/s':>8} | {'native/reduce':>13}")
+    print(head)
+    print("-" * len(head))
+    for n in sizes:
+        x = data(n)
+        t = torch.from_numpy(x)
+        got = native.tensor_stats(x, EPS, large=LARGE, threads=threads)
+        ref = numpy_stats(x, EPS, LARGE)
+        tv, th = torch_stats_many([t], EPS, large=LARGE)
+        assert (got.zeros, got.tiny, got.large, got.nan, got.inf) == (ref["zeros"], ref["tiny"], ref["large"],
+                                                                      ref["nan"], ref["inf"])
+        assert np.array_equal(got.hist, ref["hist"]) and np.array_equal(got.hist, th[0])
+        assert abs(got.norm - ref["norm"]) <= 1e-9 * got.norm and got.absmax == ref["absmax"], (got, ref)
+        r = max(1, repeat if n <= 1 << 20 else repeat // 2)
+        runs = contenders(x, t, threads)
+        times = dict.fromkeys(runs, math.inf)
+        for _ in range(r):  # interleaved, so drift in machine load hits every contender alike
+            for name, fn in runs.items():
+                times[name] = min(times[name], best_of(fn, 1))
+        gbs = {k: x.nbytes / v / 1e9 for k, v in times.items()}
+        print(f"{n >> 20:>4}M | {times['native'] * 1e3:9.2f} {gbs['native']:6.2f} | {times['numpy'] * 1e3:9.1f} "
+              f"{times['numpy'] / times['native']:6.1f} | {times['torch'] * 1e3:9.1f} "
+              f"{times['torch'] / times['native']:6.1f} | {gbs['reduce']:15.2f} {gbs['dot']:8.2f} | "
+              f"{gbs['native'] / gbs['reduce']:13.2f}")
+    print("x = contender time / native time (goal: numpy >= 3, torch >= 1.5)")
+
+
+def overhead_bench(rounds: int, steps: int, batch: int, every: int) -> None:
+    """Paired blocks: in each round ``steps`` plain steps then ``steps`` probed steps of the same training.
+
+    Reports the median over rounds of (probed / plain) for wall time and for process CPU time (all threads:
+    the work the probe adds, whatever else loads the machine).
+    """
+    import torch
+
+    import debugtune
+    from debugtune.engine.capture.probe import knowledge_thresholds
+
+    torch.set_num_threads(1)  # trainings on the shared CPUs run single-threaded (house rule)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
+                                torch.nn.ReLU(), torch.nn.Linear(2048, 10))
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    x = torch.randn(batch, 1024)
+    y = torch.randint(0, 10, (batch,))
+    thresholds = knowledge_thresholds()  # loaded once, outside the timed blocks
+
+    def block(probe_dir: str | None) -> tuple[float, float]:
+        """Median wall and CPU seconds per step (the first step of a block allocates and is dropped)."""
+        probe = debugtune.attach(model, opt, probe_dir, every=every, thresholds=thresholds) if probe_dir else None
+        wall, cpu = [], []
+        try:
+            for _ in range(steps + 1):
+                t0, c0 = time.perf_counter(), time.process_time()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                value = loss.item()
+                if probe is not None:
+                    probe.log(loss=value)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+        finally:
+            if probe is not None:
+                probe.close()
+        return statistics.median(wall[1:]), statistics.median(cpu[1:])
+
+    wall_ratio, cpu_ratio, base_ms = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        block(None)  # warm-up
+        for r in range(rounds):
+            bw, bc = block(None)
+            pw, pc = block(os.path.join(tmp, f"run{r}"))
+            wall_ratio.append(pw / bw)
+            cpu_ratio.append(pc / bc)
+            base_ms.append(bw * 1e3)
+    w, c = statistics.median(wall_ratio) - 1, statistics.median(cpu_ratio) - 1
+    print(f"== attach overhead: MLP {n_params / 1e6:.1f}M parameters, Adam, batch {batch}, every={every}, "
+          f"torch threads {torch.get_num_threads()}, {rounds} rounds x {steps}+{steps} steps ==")
+    print(f"median plain step {statistics.median(base_ms):7.1f} ms | overhead wall {100 * w:+5.1f} % | "
+          f"CPU (all threads) {100 * c:+5.1f} %   (goal: wall <= 5 %)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller sizes and fewer rounds")
+    args = ap.parse_args()
+    sizes = [1 << 20, 16 << 20] if args.quick else [1 << 20, 16 << 20, 64 << 20]
+    for threads in (1, 0):
+        kernel_bench(sizes, repeat=3 if args.quick else 6, threads=threads)
+        print()
+    rounds, steps = (3, 4) if args.quick else (12, 5)
+    overhead_bench(rounds, steps, batch=256, every=1)
+    overhead_bench(rounds, steps, batch=256, every=10)
+    print("\nFigures measured on a machine shared with other jobs are noisy; re-run before quoting them.")
+
+
+if __name__ == "__main__":
+    main()

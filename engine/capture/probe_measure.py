@@ -1,0 +1,204 @@
+"""The probe's two per-step measurements, each started in one call and finished later:
+
+- gradient statistics: started in the optimizer's step pre-hook, they run on a native thread while
+  ``optimizer.step()`` runs (which reads the gradients and writes only parameters and optimizer state)
+  and are finished in the post-hook;
+- parameter updates: the parameters are copied before the step; ``||after - before||`` and ``||after||``
+  run on a native thread from the post-hook until the next pre-hook, before anything writes the
+  parameters or the copies again.
+
+CPU tensors in float32/16, bfloat16 or float64 go to the native kernel (one call per measurement); other
+tensors (accelerator memory) are measured with torch operations in the start call. A background
+measurement uses one native thread, so it takes a free core instead of competing with the training's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from debugtune.engine.capture.probe_layout import ParamLayout, aggregate
+from debugtune.engine.capture.torch_stats import torch_stats_many, torch_update_norms
+from debugtune.engine.telemetry import TelemetryWriter
+from debugtune.native import HIST_LABELS, STAT_FIELDS, Pending
+from debugtune.native import copy_into as native_copy_into
+from debugtune.native import tensor_stats_start as native_stats_start
+from debugtune.native import update_norms_start as native_updates_start
+
+GRADIENT_METRICS = ("grad_norm", "grad_absmax", "grad_zero_frac", "grad_tiny_frac", "grad_nan", "grad_inf")
+_COL = {name: i for i, name in enumerate(STAT_FIELDS)}
+
+
+def native_ok(t: Any) -> bool:
+    """Whether the native kernel can read ``t`` in place."""
+    import torch
+
+    return (t.device.type == "cpu" and t.layout == torch.strided
+            and t.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+
+
+@dataclass
+class _Split:
+    """Rows of a measurement: the native part (pending) and the torch part (done)."""
+
+    rows: np.ndarray
+    native_rows: list[int]
+    pending: Pending | None
+    hist: np.ndarray | None = None
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.pending is not None:
+            got = self.pending.result()
+            self.pending = None
+            if hasattr(got, "values"):
+                self.rows[self.native_rows], self.hist[self.native_rows] = got.values, got.hist
+            else:
+                self.rows[self.native_rows] = got
+        return self.rows, self.hist
+
+
+def start_stats(tensors: list[Any], eps: float, large: float) -> _Split:
+    """Statistics rows of ``tensors`` in order (native part on a thread; ``finish()`` waits)."""
+    native = [i for i, t in enumerate(tensors) if native_ok(t)]
+    other = [i for i in range(len(tensors)) if i not in set(native)]
+    rows = np.full((len(tensors), len(STAT_FIELDS)), np.nan)
+    hist = np.zeros((len(tensors), len(HIST_LABELS)), dtype=np.int64)
+    if other:
+        rows[other], hist[other] = torch_stats_many([tensors[i] for i in other], eps, large=large)
+    pending = native_stats_start([tensors[i] for i in native], eps, large=large, threads=1) if native else None
+    return _Split(rows, native, pending, hist)
+
+
+@dataclass
+class GradJob:
+    """Gradient statistics of one step in flight."""
+
+    step: int
+    positions: np.ndarray
+    split: _Split
+    skipped: bool = False
+
+
+def start_grads(step: int, pending: dict[int, Any], eps: float | None, skip: Any, skipped: bool = False
+                ) -> GradJob | None:
+    """Start the statistics of the gradients gathered by the hooks (position → gradient tensor)."""
+    import torch
+
+    kept, grads = [], []
+    for p in sorted(pending):
+        g = pending[p]
+        if g.layout != torch.strided or not g.is_floating_point():
+            skip(f"gradient layout/dtype {g.layout}/{g.dtype}")
+            continue
+        kept.append(p)
+        grads.append(g.detach())
+    if not grads:
+        return None
+    return GradJob(step, np.array(kept, dtype=np.int64), start_stats(grads, eps or 0.0, float("inf")), skipped)
+
+
+def write_grads(job: GradJob, layout: ParamLayout, writer: TelemetryWriter, routers: list[Any],
+                tiny: bool) -> float:
+    """Wait for a gradient job and write its telemetry; returns the global gradient norm."""
+    values, hist = job.split.finish()
+    step, pos, w = job.step, job.positions, writer
+    metrics = [m for m in GRADIENT_METRICS if tiny or m != "grad_tiny_frac"]
+    groups = [(layout.layer_of[pos], layout.layers.names), (layout.expert_of[pos], layout.experts.names)]
+    for group, names in groups:
+        if not (group >= 0).any():
+            continue
+        per = aggregate(values, group, len(names))
+        present = per["numel"] > 0
+        entities = np.array(names, dtype=object)[present]
+        for m in metrics:
+            w.add_many(step, "gradient", m, entities, per[m][present])
+    total = aggregate(values, np.zeros(len(pos), dtype=np.int64), 1)
+    for m in metrics:
+        w.add(step, "gradient", m, "", float(total[m][0]))
+    counts = hist.sum(axis=0)
+    nz = np.flatnonzero(counts)
+    if len(nz):
+        w.add_columns(np.full(len(nz), step), "gradient", [f"grad_log2_hist:{HIST_LABELS[k]}" for k in nz], "",
+                      counts[nz].astype(np.float64))
+    for r in routers:
+        rows = np.isin(pos, r.params)
+        if rows.any():
+            w.add(step, "gradient", "router_grad_norm", r.name, float(np.sqrt(values[rows, _COL["sumsq"]].sum())))
+    if job.skipped:
+        w.add(step, "convergence", "skipped_iterations", "", 1.0)
+    return float(total["grad_norm"][0])
+
+
+@dataclass
+class Snapshots:
+    """Copies of the parameters the optimizer updates, taken before a step."""
+
+    buffers: dict[int, Any] = field(default_factory=dict)
+    step: int | None = None
+
+    def take(self, layout: ParamLayout, step: int) -> None:
+        import torch
+
+        dst, src = [], []
+        with torch.no_grad():
+            for i in layout.optimized:
+                p = layout.params[i].detach()
+                buf = self.buffers.get(i)
+                if buf is None or buf.shape != p.shape or buf.dtype != p.dtype or buf.device != p.device:
+                    buf = self.buffers[i] = torch.empty_like(p, memory_format=torch.preserve_format)
+                if p.device.type == "cpu" and p.layout == torch.strided:
+                    dst.append(buf)
+                    src.append(p)
+                else:
+                    buf.copy_(p)
+        if src:
+            native_copy_into(dst, src)  # one native call: no torch intra-op threads for a plain copy
+        self.step = step
+
+
+@dataclass
+class UpdateJob:
+    """Update and weight norms of one step in flight."""
+
+    step: int
+    positions: np.ndarray
+    split: _Split
+
+
+def start_updates(layout: ParamLayout, snaps: Snapshots) -> UpdateJob:
+    positions = [i for i in layout.optimized if i in snaps.buffers]
+    after = [layout.params[i].detach() for i in positions]
+    before = [snaps.buffers[i] for i in positions]
+    native = [k for k, t in enumerate(after) if native_ok(t) and t.dtype == before[k].dtype]
+    other = [k for k in range(len(after)) if k not in set(native)]
+    norms = np.zeros((len(positions), 2))
+    if other:
+        norms[other] = torch_update_norms([after[k] for k in other], [before[k] for k in other])
+    pending = (native_updates_start([after[k] for k in native], [before[k] for k in native], threads=1)
+               if native else None)
+    job = UpdateJob(snaps.step, np.array(positions, dtype=np.int64), _Split(norms, native, pending))
+    snaps.step = None
+    return job
+
+
+def write_updates(job: UpdateJob, layout: ParamLayout, writer: TelemetryWriter) -> None:
+    """Wait for an update job and write update_norm, weight_norm and update_ratio per layer, expert and ''."""
+    norms, _ = job.split.finish()
+    pos = job.positions
+    for group, names in ((layout.layer_of[pos], layout.layers.names), (layout.expert_of[pos], layout.experts.names),
+                         (np.zeros(len(pos), dtype=np.int64), [""])):
+        keep = group >= 0
+        if not keep.any():
+            continue
+        g = group[keep]
+        upd = np.sqrt(np.bincount(g, weights=norms[keep, 0] ** 2, minlength=len(names)))
+        wgt = np.sqrt(np.bincount(g, weights=norms[keep, 1] ** 2, minlength=len(names)))
+        used = np.bincount(g, minlength=len(names)) > 0
+        entities = np.array(names, dtype=object)[used]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ratio = np.where(wgt > 0, upd / wgt, np.nan)
+        writer.add_many(job.step, "gradient", "update_norm", entities, upd[used])
+        writer.add_many(job.step, "gradient", "weight_norm", entities, wgt[used])
+        writer.add_many(job.step, "gradient", "update_ratio", entities, ratio[used])

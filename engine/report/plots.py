@@ -1,0 +1,319 @@
+"""Plotly figures (plain dicts for plotly.js) of the telemetry with the findings drawn over them.
+
+Every builder returns ``(figures, note)``: the figures to draw, and a sentence saying what is absent or
+left out (escaped HTML). Large data are downsampled to a fixed budget (``downsample``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from debugtune.engine.report.downsample import Grid, downsample_grid, minmax_line
+from debugtune.engine.report.escape import h, ptext
+from debugtune.engine.report.gather import ReportData
+from debugtune.engine.report.marks import bands, boxes, natural_key, row_labels
+from debugtune.engine.report.series import HARDWARE_ORDER, TIME_METRICS
+from debugtune.kg.records import Finding, location_kind
+
+MAX_COLS = 400
+MAX_ROWS = 160
+MAX_POINTS = 2000
+MAX_LINES = 12
+FONT = {"family": "system-ui, -apple-system, 'Segoe UI', sans-serif", "size": 12}
+
+
+@dataclass
+class Figure:
+    """One plot: plotly.js ``data`` and ``layout``, and an HTML caption under it."""
+
+    data: list[dict[str, Any]]
+    layout: dict[str, Any]
+    caption: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+Built = tuple[list[Figure], str]
+
+
+def layout(title: str, *, height: int = 380, **extra: Any) -> dict[str, Any]:
+    base = {"title": {"text": ptext(title), "font": {"size": 14}}, "height": height, "font": FONT,
+            "margin": {"l": 70, "r": 30, "t": 48, "b": 48}, "hovermode": "closest",
+            "xaxis": {"title": {"text": "step"}, "zeroline": False},
+            "paper_bgcolor": "white", "plot_bgcolor": "#fafafa"}
+    base.update(extra)
+    return base
+
+
+def _line(x: np.ndarray, y: np.ndarray, name: str, **extra: Any) -> dict[str, Any]:
+    xs, ys = minmax_line(x, y, MAX_POINTS)
+    mode = "lines+markers" if len(xs) < 40 else "lines"
+    return {"type": "scatter", "mode": mode, "x": xs, "y": ys, "name": ptext(name), **extra}
+
+
+def _of(findings: Sequence[Finding], *dimensions: str) -> list[Finding]:
+    return [f for f in findings if f.dimension in dimensions]
+
+
+# --- loss and learning rate --------------------------------------------------------------------------------
+
+def loss_figure(d: ReportData) -> Built:
+    tel = d.telemetry
+    if tel is None:
+        return [], h(d.telemetry_note)
+    have = {m for m in ("loss", "eval_loss", "lr") if tel.has(m)}
+    if not {"loss", "eval_loss"} & have:
+        return [], "No loss in the telemetry of this run (metric <code>loss</code>)."
+    traces = []
+    for metric, name in (("loss", "loss"), ("eval_loss", "eval loss")):
+        if metric in have:
+            x, y = tel.curve(metric)
+            traces.append(_line(x, y, name, line={"width": 1.5}))
+    extra: dict[str, Any] = {}
+    if "lr" in have:
+        x, y = tel.curve("lr")
+        traces.append(_line(x, y, "learning rate", yaxis="y2", line={"width": 1, "dash": "dot", "color": "#555"}))
+        extra["yaxis2"] = {"title": {"text": "learning rate"}, "overlaying": "y", "side": "right",
+                           "showgrid": False, "tickformat": ".2~e", "rangemode": "tozero", "automargin": True}
+        extra["legend"] = {"x": 1.1, "xanchor": "left", "y": 1}
+    experts = tel.entities("expert_tokens")
+    conv = [f for f in _of(d.findings, "convergence") if not _on_expert_map(f, experts)]
+    shapes, notes = bands(conv, d.label)
+    fig = Figure(traces, layout("Loss and learning rate, convergence findings shaded", height=420,
+                                yaxis={"title": {"text": "loss"}}, shapes=shapes, annotations=notes, **extra))
+    moe = len(_of(d.findings, "convergence")) - len(conv)
+    shaded = f"{len(conv)} convergence finding(s) shaded." if conv else "No convergence finding of the loss."
+    if moe:
+        shaded += f" {moe} routing finding(s) are boxed on the expert map below."
+    fig.caption = f"{shaded} Lines keep each bucket's minimum and maximum when the run has more steps than fit."
+    return [fig], ""
+
+
+# --- heat maps ------------------------------------------------------------------------------------------------
+
+def _heatmap(grid: Grid, steps: np.ndarray, labels: list[str], colour: dict[str, Any], hover: str) -> dict[str, Any]:
+    cols = [grid.col_span(j) for j in range(grid.z.shape[1])]
+    x = np.array([(steps[a] + steps[b]) / 2 for a, b in cols], dtype=np.float64) if len(steps) else np.array([])
+    return {"type": "heatmap", "z": grid.z, "x": x, "y": labels, "hoverongaps": False,
+            "hovertemplate": f"step %{{x}}<br>%{{y}}<br>{hover} %{{z}}<extra></extra>", **colour}
+
+
+def _heat_figure(title: str, grid: Grid, steps: np.ndarray, labels: list[str], colour: dict[str, Any], hover: str,
+                 findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] | None],
+                 d: ReportData) -> tuple[Figure, list[Finding]]:
+    shapes, notes, off = boxes(findings, rows, grid, d.label)
+    n = grid.z.shape[0]
+    fig = Figure([_heatmap(grid, steps, labels, colour, hover)],
+                 layout(title, height=min(900, max(300, 120 + 14 * n)), shapes=shapes, annotations=notes,
+                        yaxis={"type": "category", "automargin": True, "autorange": "reversed"}))
+    return fig, off
+
+
+def _reduced(values: np.ndarray) -> Grid:
+    """values[step, key] → a downsampled grid with one row per key."""
+    return downsample_grid(values.T, MAX_ROWS, MAX_COLS)
+
+
+def _budget_note(grid: Grid, rows: int, cols: int, row_noun: str) -> str:
+    if grid.z.shape == (rows, cols):
+        return ""
+    return (f" Downsampled from {rows} {row_noun} × {cols} steps to {grid.z.shape[0]} × {grid.z.shape[1]} cells; "
+            "each cell shows its bucket's minimum or maximum, whichever is farther from the typical value.")
+
+
+def _off_note(off: list[Finding], d: ReportData) -> str:
+    if not off:
+        return ""
+    return " Not on this map: " + ", ".join(h(f"{d.label(f.symptom)} @ {f.entity or 'run'}") for f in off) + "."
+
+
+def _entity_rows(names: list[str]) -> Callable[[Finding], Sequence[int] | None]:
+    """Rows of a finding: '' → all; an exact entity; or every row under it (a router or a module path)."""
+    def rows(f: Finding) -> Sequence[int] | None:
+        if not f.entity:
+            return None
+        return [i for i, n in enumerate(names)
+                if n == f.entity or n.startswith(f.entity + "/") or n.startswith(f.entity + ".")]
+    return rows
+
+
+def gradient_figure(d: ReportData) -> Built:
+    tel = d.telemetry
+    if tel is None:
+        return [], h(d.telemetry_note)
+    if not tel.has("grad_norm"):
+        return [], "No per-layer gradient norms in the telemetry (metric <code>grad_norm</code>)."
+    steps, keys, values = tel.by_entity("grad_norm")
+    layers = sorted((k for k in keys if k), key=natural_key)
+    if not layers:
+        return [], "Only the global gradient norm was recorded, no per-layer norms."
+    cols = [keys.index(k) for k in layers]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.log10(values[:, cols])
+    grid = _reduced(logs)
+    fig, off = _heat_figure(
+        "Gradient norm per layer (log10), gradient findings boxed", grid, steps, row_labels(layers, grid),
+        {"colorscale": "Viridis", "colorbar": {"title": {"text": "log10 ‖g‖"}}}, "log10 ‖g‖",
+        _of(d.findings, "gradient"), _entity_rows(layers), d)
+    fig.caption = ("Blank cells: no value or a gradient of exactly zero." + _budget_note(grid, *logs.T.shape, "layers")
+                   + _off_note(off, d))
+    return [fig], ""
+
+
+def _on_expert_map(f: Finding, experts: Sequence[str]) -> bool:
+    """Whether the expert heat map shows ``f`` (an expert, or a router whose experts are recorded)."""
+    return location_kind(f.entity) == "expert" or bool(f.entity and any(e.startswith(f.entity + "/")
+                                                                         for e in experts))
+
+
+def _router(entity: str) -> str:
+    return entity.rsplit("/", 1)[0] if "/" in entity else ""
+
+
+def expert_figure(d: ReportData) -> Built:
+    tel = d.telemetry
+    if tel is None:
+        return [], h(d.telemetry_note)
+    if not tel.has("expert_tokens"):
+        return [], "No tokens per expert in the telemetry (metric <code>expert_tokens</code>): not an MoE run."
+    steps, keys, values = tel.by_entity("expert_tokens")
+    experts = sorted(keys, key=natural_key)
+    tokens = values[:, [keys.index(k) for k in experts]]
+    share = np.full_like(tokens, np.nan)
+    for router in sorted({_router(e) for e in experts}):
+        cols = [i for i, e in enumerate(experts) if _router(e) == router]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            total = np.nansum(tokens[:, cols], axis=1, keepdims=True)
+            share[:, cols] = np.where(total > 0, tokens[:, cols] / total, np.nan)
+    grid = _reduced(share)
+    symptoms_here = [f for f in d.findings if _on_expert_map(f, experts)]
+    fig, off = _heat_figure("Token share per expert, routing findings boxed", grid, steps, row_labels(experts, grid),
+                            {"colorscale": "Viridis", "zmin": 0, "colorbar": {"title": {"text": "share"}}},
+                            "share", symptoms_here, _entity_rows(experts), d)
+    fair = ", ".join(f"1/{sum(_router(e) == r for e in experts)}" for r in sorted({_router(e) for e in experts}))
+    fig.caption = (f"Share of each router's tokens per step; a balanced router gives every expert {h(fair)}."
+                   + _budget_note(grid, *share.T.shape, "experts") + _off_note(off, d))
+    return [fig], ""
+
+
+def _rank_rows(ranks: list[int]) -> Callable[[Finding], Sequence[int] | None]:
+    pos = {r: i for i, r in enumerate(ranks)}
+
+    def rows(f: Finding) -> Sequence[int] | None:
+        if not f.entity:
+            return None
+        tail = f.entity.rsplit("/", 1)[-1]
+        kind, _, rest = tail.partition(":")
+        wanted = [rest] if kind == "rank" else rest.split("-") if kind == "link" else []
+        return [pos[int(w)] for w in wanted if w.strip().isdigit() and int(w) in pos]
+    return rows
+
+
+def rank_figures(d: ReportData) -> Built:
+    tel = d.telemetry
+    if tel is None:
+        return [], h(d.telemetry_note)
+    present = [m for m in TIME_METRICS if tel.has(m)]
+    if not present:
+        return [], ("No per-rank step or communication time in the telemetry "
+                    "(<code>step_time_ms</code>, <code>comm_ms</code>).")
+    figs = []
+    comm = _of(d.findings, "communication")
+    colour = {"colorscale": "YlOrRd", "reversescale": True, "colorbar": {"title": {"text": "ms"}}}
+    for metric in present:
+        steps, ranks, values = tel.by_rank(metric)
+        if not len(ranks):
+            continue
+        grid = _reduced(values)
+        what = "Step time" if metric == "step_time_ms" else "Communication time"
+        fig, off = _heat_figure(f"{what} per rank (ms), communication findings boxed", grid, steps,
+                                row_labels([str(r) for r in ranks], grid, noun="rank "),
+                                colour, "ms", comm, _rank_rows(ranks), d)
+        fig.caption = (f"{len(ranks)} rank(s); a straggler shows as a hot row." + _budget_note(grid, *values.T.shape,
+                                                                                                 "ranks")
+                       + _off_note(off, d))
+        figs.append(fig)
+    if not figs:
+        return [], "Per-rank time metrics carry only entity-specific rows, nothing per rank."
+    return figs, ""
+
+
+# --- hardware ---------------------------------------------------------------------------------------------------
+
+def hardware_figures(d: ReportData) -> Built:
+    tel = d.telemetry
+    if tel is None:
+        return [], h(d.telemetry_note)
+    metrics = [m for m in HARDWARE_ORDER if tel.has(m)]
+    if not metrics:
+        return [], "No hardware series in the telemetry (utilisation, memory, temperature, power)."
+    hw = _of(d.findings, "hardware")
+    figs = []
+    for metric in metrics:
+        steps, keys, values = tel.keyed(metric)
+        if not len(keys):
+            continue
+        if len(keys) <= MAX_LINES:
+            traces = [_line(steps, values[:, i], k) for i, k in enumerate(keys)]
+        else:
+            with np.errstate(all="ignore"):
+                stats = [("max", np.nanmax(values, axis=1)), ("median", np.nanmedian(values, axis=1)),
+                         ("min", np.nanmin(values, axis=1))]
+            traces = [_line(steps, v, f"{name} of {len(keys)} series") for name, v in stats]
+        shapes, notes = bands(hw, d.label)
+        figs.append(Figure(traces, layout(f"{metric}", height=300, shapes=shapes, annotations=notes,
+                                          yaxis={"title": {"text": ptext(metric)}})))
+    return figs, ""
+
+
+# --- tuning -----------------------------------------------------------------------------------------------------
+
+def tuning_figures(d: ReportData) -> Built:
+    ok = [e for e in d.experiments if e.status == "ok" and e.objectives]
+    if not d.experiments:
+        return [], "No tuning experiments recorded for this run (<code>cann-tune auto</code> records them)."
+    if not ok:
+        return [], "No experiment finished with objective values."
+    objectives = sorted({k for e in ok for k in e.objectives})
+    x = np.arange(1, len(d.experiments) + 1)
+    index = {e.id: i for i, e in enumerate(d.experiments)}
+    traces = []
+    for name in objectives[:4]:
+        pts = [(index[e.id] + 1, e.objectives[name]) for e in ok if name in e.objectives]
+        xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=np.float64)
+        best = np.maximum.accumulate(ys) if name in d.maximize else np.minimum.accumulate(ys)
+        traces.append({"type": "scatter", "mode": "markers+lines", "x": xs, "y": ys, "name": ptext(name)})
+        traces.append({"type": "scatter", "mode": "lines", "x": xs, "y": best, "line": {"dash": "dash", "shape": "hv"},
+                       "name": ptext(f"best {name} so far")})
+    axis: dict[str, Any] = {"title": {"text": "experiment"}, "range": [0.5, len(x) + 0.5]}
+    if len(x) <= 30:
+        axis["dtick"] = 1
+    figs = [Figure(traces, layout("Objective per experiment", height=360, xaxis=axis))]
+    if len(objectives) >= 2:
+        figs.append(_pareto(d, ok, objectives[0], objectives[1]))
+    return figs, ""
+
+
+def _pareto(d: ReportData, ok: list, a: str, b: str) -> Figure:
+    from debugtune.engine.tune.pareto import pareto_mask
+
+    both = [e for e in ok if a in e.objectives and b in e.objectives]
+    F = np.array([[e.objectives[a], e.objectives[b]] for e in both], dtype=np.float64).reshape(-1, 2)
+    sign = np.array([-1.0 if n in d.maximize else 1.0 for n in (a, b)])
+    front = pareto_mask(F * sign) if len(F) else np.zeros(0, dtype=bool)
+    order = np.argsort(F[front, 0] * sign[0]) if front.any() else np.array([], dtype=np.int64)
+    names = [ptext(e.id) for e in both]
+    traces = [{"type": "scatter", "mode": "markers", "x": F[:, 0], "y": F[:, 1], "text": names,
+               "marker": {"color": "#999", "size": 8}, "name": "experiments",
+               "hovertemplate": "%{text}<br>%{x}, %{y}<extra></extra>"},
+              {"type": "scatter", "mode": "markers+lines", "x": F[front, 0][order], "y": F[front, 1][order],
+               "line": {"shape": "hv", "color": "#d62728"}, "marker": {"size": 11, "color": "#d62728"},
+               "name": "Pareto front"}]
+    directions = ", ".join(f"{n} ({'max' if n in d.maximize else 'min'})" for n in (a, b))
+    fig = Figure(traces, layout(f"Pareto front: {a} vs {b}", height=380, xaxis={"title": {"text": ptext(a)}},
+                                yaxis={"title": {"text": ptext(b)}}))
+    fig.caption = f"{int(front.sum())} of {len(both)} experiment(s) on the front; directions: {h(directions)}."
+    return fig

@@ -1,0 +1,366 @@
+"""A tiny mixture-of-experts transformer LM on CPU: the seed scenario and the MoE faults of the benchmark.
+
+One or more pre-norm transformer blocks whose feed-forward is a mixture of ``num_experts`` experts
+behind a softmax router (top-1 or top-2, optional renormalisation of the chosen gates), with an
+expert capacity ``ceil(tokens * top_k * capacity_factor / num_experts)`` (assignments beyond it are
+dropped and the token passes through the residual), the Switch load-balancing loss
+``E * sum_i f_i * P_i`` and the ST-MoE router z-loss ``mean(logsumexp(logits)^2)``.
+
+Fault knobs are ordinary config fields: ``gate_bias`` (logit bias given at initialisation to the
+first ``gate_bias_experts`` experts: GateInitBias), ``aux_loss_coeff=0`` (AuxLossDisabled),
+``capacity_factor`` below 1 (CapacityFactorTooLow), ``lr`` (LearningRateTooHigh).
+
+The router module returns ``(gate_weights [T, k], expert_index [T, k] int64, logits [T, E])`` so a
+forward hook (``probe.watch_router``) can count tokens per expert from its output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from debugtune.scenarios.common import Recorder, probe_session, seed_everything, window_mean
+from debugtune.scenarios.sequences import MarkovSource, SequenceSampler
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Everything that defines one MoE training; frozen (use ``dataclasses.replace`` for variants)."""
+
+    num_experts: int = 8
+    top_k: int = 1
+    gate_init_std: float = 0.02
+    gate_bias: float = 0.0
+    gate_bias_experts: int = 2
+    normalize_topk: bool = False
+    aux_loss_coeff: float = 1e-2
+    z_loss_coeff: float = 0.0
+    capacity_factor: float = 1.25
+    lr: float = 3e-3
+    warmup_steps: int = 0
+    steps: int = 300
+    batch_size: int = 16
+    seq_len: int = 32
+    vocab: int = 32
+    domains: int = 8
+    successors: int = 2
+    d_model: int = 32
+    d_ff: int = 48
+    n_heads: int = 2
+    n_layers: int = 1
+    grad_clip: float = 0.0
+    seed: int = 0
+    data_seed: int = 0
+
+
+class Router(nn.Module):
+    """Softmax router: top-k experts per token with their gate weights."""
+
+    def __init__(self, d_model: int, num_experts: int, top_k: int, normalize_topk: bool):
+        super().__init__()
+        self.gate = nn.Linear(d_model, num_experts)
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.normalize_topk = normalize_topk
+
+    def reset(self, std: float, bias: float, biased_experts: int) -> None:
+        """Weights ~ N(0, std); bias ``bias`` on the first ``biased_experts`` experts, 0 elsewhere."""
+        with torch.no_grad():
+            self.gate.weight.normal_(0.0, std)
+            self.gate.bias.zero_()
+            self.gate.bias[:biased_experts] = bias
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self.gate(x)
+        probs = logits.float().softmax(dim=-1)
+        gates, index = probs.topk(self.top_k, dim=-1)
+        if self.normalize_topk:
+            gates = gates / gates.sum(dim=-1, keepdim=True)
+        return gates, index, logits
+
+
+class Expert(nn.Module):
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.fc1 = nn.Linear(d_model, d_ff)
+        self.fc2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+@dataclass
+class RoutingStats:
+    tokens: np.ndarray
+    dropped: int
+    lb_loss: torch.Tensor
+    z_loss: torch.Tensor
+
+
+class MoELayer(nn.Module):
+    """Router + experts with capacity-limited dispatch (drop policy: position order)."""
+
+    def __init__(self, cfg: MoEConfig):
+        super().__init__()
+        self.router = Router(cfg.d_model, cfg.num_experts, cfg.top_k, cfg.normalize_topk)
+        self.experts = nn.ModuleList(Expert(cfg.d_model, cfg.d_ff) for _ in range(cfg.num_experts))
+        self.capacity_factor = cfg.capacity_factor
+        self.stats: RoutingStats | None = None
+
+    def capacity(self, tokens: int) -> int:
+        """Assignments each expert accepts per step; unlimited when the capacity factor is ≤ 0."""
+        if self.capacity_factor <= 0:
+            return tokens * self.router.top_k
+        return math.ceil(tokens * self.router.top_k * self.capacity_factor / self.router.num_experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        gates, index, logits = self.router(flat)
+        e, t = self.router.num_experts, flat.shape[0]
+        cap = self.capacity(t)
+        out = torch.zeros_like(flat)
+        tokens = np.zeros(e, dtype=np.int64)
+        dropped = 0
+        for i in range(e):
+            tok, slot = (index == i).nonzero(as_tuple=True)
+            tokens[i] = tok.numel()
+            if tok.numel() > cap:
+                dropped += tok.numel() - cap
+                tok, slot = tok[:cap], slot[:cap]
+            if tok.numel():
+                y = self.experts[i](flat[tok])
+                out.index_add_(0, tok, y * gates[tok, slot].unsqueeze(-1).to(y.dtype))
+        probs = logits.float().softmax(dim=-1)
+        frac = torch.as_tensor(tokens / max(1, t * self.router.top_k), dtype=probs.dtype)
+        lb = e * (frac * probs.mean(dim=0)).sum()
+        zl = torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
+        self.stats = RoutingStats(tokens, dropped, lb, zl)
+        return out.reshape(shape)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: MoEConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = nn.MultiheadAttention(cfg.d_model, cfg.n_heads, batch_first=True)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.moe = MoELayer(cfg)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        return x + self.moe(self.ln2(x))
+
+
+class MoELM(nn.Module):
+    def __init__(self, cfg: MoEConfig):
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
+        self.pos = nn.Parameter(torch.randn(cfg.seq_len, cfg.d_model) * 0.02)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab)
+        mask = torch.triu(torch.full((cfg.seq_len, cfg.seq_len), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        x = self.embed(tokens) + self.pos[:n]
+        for blk in self.blocks:
+            x = blk(x, self.mask[:n, :n])
+        return self.head(self.ln(x))
+
+    def moe_layers(self) -> list[MoELayer]:
+        return [b.moe for b in self.blocks]
+
+    def routers(self) -> list[tuple[str, Router]]:
+        return [(f"blocks.{i}.moe.router", b.moe.router) for i, b in enumerate(self.blocks)]
+
+
+@dataclass
+class MoEJob:
+    """A live training: model, optimizer, scheduler (or None), deterministic sampler and the config."""
+
+    cfg: MoEConfig
+    model: MoELM
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    sampler: SequenceSampler
+    step: int = 0
+    recorder: Recorder = field(default_factory=Recorder)
+
+
+@dataclass(frozen=True)
+class MoEResult:
+    """What a training produced, measured by the program itself (no probe needed)."""
+
+    losses: np.ndarray
+    tokens_per_expert: np.ndarray
+    expert_cv: float
+    final_loss: float
+    run_dir: Path | None
+    dropped_frac: np.ndarray
+    router_grad_norm: np.ndarray
+    aux_loss: np.ndarray
+    entropy_floor: float
+
+    def balance(self, window: float = 0.2) -> dict[str, float]:
+        """Balance of the tokens per expert summed over the last ``window`` of steps."""
+        n = max(1, int(len(self.tokens_per_expert) * window))
+        return expert_balance(self.tokens_per_expert[-n:])
+
+
+REMEDY: dict[str, Any] = {"gate_init_std": 0.02, "gate_bias": 0.0, "aux_loss_coeff": 1e-2}
+"""The remedy parameters of the seed scenario: re-initialise the router small and unbiased, keep the aux loss."""
+
+
+def seed_scenario(seed: int = 0, **changes: Any) -> MoEConfig:
+    """The seed scenario (``make demo``): the router bias of expert 0 starts at +16, so the softmax is
+    saturated (router gradient ~1e-7 instead of ~1e-1), expert 0 takes every token and the rest of them
+    beyond its capacity are dropped, until Adam's normalised steps slowly pull the router out (~100 steps)."""
+    return replace(MoEConfig(gate_bias=16.0, gate_bias_experts=1, seed=seed), **changes)
+
+
+def build_moe(cfg: MoEConfig) -> MoEJob:
+    """Model, optimizer (Adam), scheduler (linear warm-up when ``warmup_steps``) and sampler, all seeded."""
+    seed_everything(cfg.seed)
+    model = MoELM(cfg)
+    for _, router in model.routers():
+        router.reset(cfg.gate_init_std, cfg.gate_bias, cfg.gate_bias_experts)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    scheduler = None
+    if cfg.warmup_steps > 0:
+        w = cfg.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / w))
+    source = MarkovSource(cfg.vocab, cfg.domains, cfg.successors, cfg.data_seed)
+    sampler = SequenceSampler(source, cfg.batch_size, cfg.seq_len, cfg.seed)
+    return MoEJob(cfg, model, optimizer, scheduler, sampler)
+
+
+def train_step(job: MoEJob) -> dict[str, Any]:
+    """One optimizer step; returns loss (LM), aux/z losses, tokens per expert, dropped fraction, router grad."""
+    cfg, model = job.cfg, job.model
+    x, y = job.sampler.next()
+    model.train()
+    logits = model(torch.from_numpy(x))
+    lm = F.cross_entropy(logits.reshape(-1, cfg.vocab), torch.from_numpy(y).reshape(-1))
+    layers = model.moe_layers()
+    lb = torch.stack([m.stats.lb_loss for m in layers]).mean()
+    zl = torch.stack([m.stats.z_loss for m in layers]).mean()
+    loss = lm + cfg.aux_loss_coeff * lb + cfg.z_loss_coeff * zl
+    job.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    router_grad = math.sqrt(sum(float(r.gate.weight.grad.pow(2).sum()) for _, r in model.routers()
+                                if r.gate.weight.grad is not None))
+    if cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    lr = job.optimizer.param_groups[0]["lr"]
+    job.optimizer.step()
+    if job.scheduler is not None:
+        job.scheduler.step()
+    tokens = np.sum([m.stats.tokens for m in layers], axis=0)
+    assigned = x.size * cfg.top_k * len(layers)
+    lm, lb, zl = float(lm.detach()), float(lb.detach()), float(zl.detach())
+    dropped = sum(m.stats.dropped for m in layers) / assigned
+    out = {"loss": lm, "aux_loss": cfg.aux_loss_coeff * lb, "lb_loss": lb, "z_loss": cfg.z_loss_coeff * zl, "lr": lr,
+           "tokens_per_expert": tokens, "dropped_frac": dropped, "router_grad_norm": router_grad, "step": job.step}
+    job.step += 1
+    return out
+
+
+def apply_overrides(job: MoEJob, overrides: dict[str, Any]) -> MoEJob:
+    """Apply remedy parameters to a live job (used by deterministic replay); returns the job.
+
+    ``gate_init_std`` re-initialises every router (weights ~ N(0, std), bias = the ``gate_bias``
+    override or 0) and clears the optimizer state of the router parameters; ``gate_bias`` alone
+    sets the bias of the favoured experts; ``aux_loss_coeff``, ``z_loss_coeff``, ``top_k``,
+    ``normalize_topk`` and ``capacity_factor`` change the routing from the next step; ``lr`` sets
+    the learning rate (and the scheduler's base).
+    """
+    known = {f.name for f in MoEConfig.__dataclass_fields__.values()}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown MoE override(s): {', '.join(unknown)}")
+    cfg = replace(job.cfg, **overrides)
+    if "gate_init_std" in overrides or "gate_bias" in overrides:
+        bias = float(overrides.get("gate_bias", 0.0 if "gate_init_std" in overrides else cfg.gate_bias))
+        cfg = replace(cfg, gate_bias=bias)
+        for _, router in job.model.routers():
+            if "gate_init_std" in overrides:
+                router.reset(cfg.gate_init_std, bias, cfg.gate_bias_experts)
+            else:
+                with torch.no_grad():
+                    router.gate.bias.zero_()
+                    router.gate.bias[: cfg.gate_bias_experts] = bias
+            for p in router.parameters():
+                job.optimizer.state.pop(p, None)
+    for layer in job.model.moe_layers():
+        layer.capacity_factor = cfg.capacity_factor
+        layer.router.top_k = cfg.top_k
+        layer.router.normalize_topk = cfg.normalize_topk
+    if "lr" in overrides:
+        for g in job.optimizer.param_groups:
+            g["lr"] = cfg.lr
+            g["initial_lr"] = cfg.lr
+        if job.scheduler is not None:
+            job.scheduler.base_lrs = [cfg.lr for _ in job.scheduler.base_lrs]
+    job.cfg = cfg
+    return job
+
+
+def expert_balance(tokens_per_expert: np.ndarray) -> dict[str, float]:
+    """CV, MaxVio and normalised entropy of tokens per expert (moe-config-anchors A1.4).
+
+    A 2-D array [steps, experts] is summed over steps first.
+    """
+    c = np.asarray(tokens_per_expert, dtype=float)
+    if c.ndim == 2:
+        c = c.sum(axis=0)
+    if c.ndim != 1 or c.size < 2:
+        raise ValueError(f"tokens_per_expert must be [experts] or [steps, experts], got shape {c.shape}")
+    mean = c.mean()
+    if mean <= 0:
+        return {"cv": float("nan"), "max_vio": float("nan"), "entropy": float("nan")}
+    p = c / c.sum()
+    nz = p[p > 0]
+    return {"cv": float(c.std() / mean), "max_vio": float((c.max() - mean) / mean),
+            "entropy": float(-(nz * np.log(nz)).sum() / math.log(c.size))}
+
+
+def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = False,
+              steps: int | None = None, job: MoEJob | None = None, run_id: str | None = None) -> MoEResult:
+    """Train (or continue ``job``) for ``steps`` (default ``cfg.steps``), with the probe when asked."""
+    job = job or build_moe(cfg)
+    n = cfg.steps if steps is None else steps
+    rec: list[dict[str, Any]] = []
+    run_path = Path(run_dir) if run_dir is not None else None
+    meta = {"program": "moe_lm", "num_experts": cfg.num_experts, "top_k": cfg.top_k}
+    with probe_session(job.model, job.optimizer, run_path, probe, run_id=run_id, meta=meta) as pr:
+        if pr is not None:
+            for name, router in job.model.routers():
+                pr.watch_router(router, cfg.num_experts, cfg.top_k, name=name)
+        job.recorder.probe = pr
+        for _ in range(n):
+            out = train_step(job)
+            rec.append(out)
+            job.recorder.log(loss=out["loss"], lr=out["lr"], aux_loss=out["aux_loss"],
+                             z_loss=out["z_loss"], dropped_tokens=out["dropped_frac"] * cfg.batch_size
+                             * cfg.seq_len * cfg.top_k)
+        job.recorder.probe = None
+    losses = np.array([r["loss"] for r in rec])
+    tpe = np.array([r["tokens_per_expert"] for r in rec]).reshape(len(rec), cfg.num_experts)
+    k = max(1, len(rec) // 5)
+    cv = expert_balance(tpe[-k:])["cv"] if len(rec) else float("nan")
+    return MoEResult(losses=losses, tokens_per_expert=tpe, expert_cv=cv, final_loss=window_mean(losses),
+                     run_dir=run_path, dropped_frac=np.array([r["dropped_frac"] for r in rec]),
+                     router_grad_norm=np.array([r["router_grad_norm"] for r in rec]),
+                     aux_loss=np.array([r["lb_loss"] for r in rec]),
+                     entropy_floor=job.sampler.source.entropy_floor())

@@ -1,0 +1,81 @@
+"""A synthetic next-token task for the MoE scenario: sequences from a mixture of sparse Markov chains.
+
+Each sequence starts with a domain marker token and then follows that domain's transition table
+(each token has a few likely successors). A model that routes each domain to its own experts can
+reach the entropy floor; a model whose experts are shared by everything cannot hold every table at
+once. The batch for position ``p`` is a pure function of (seed, p), so the sampler's state is its
+position and a replay from a checkpoint sees the same batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class MarkovSource:
+    """``domains`` transition tables over ``vocab`` tokens; token ids 0..domains-1 are the markers."""
+
+    vocab: int
+    domains: int
+    successors: int
+    seed: int
+
+    def tables(self) -> np.ndarray:
+        """Transition probabilities, shape [domains, vocab, vocab] (rows sum to 1)."""
+        rng = np.random.default_rng([self.seed, 7919])
+        t = np.zeros((self.domains, self.vocab, self.vocab))
+        body = np.arange(self.domains, self.vocab)
+        weights = np.array([0.75, 0.2, 0.05, 0.0][: self.successors]) + 1e-9
+        weights = weights / weights.sum()
+        for d in range(self.domains):
+            for tok in range(self.vocab):
+                nxt = rng.choice(body, size=self.successors, replace=False)
+                t[d, tok, nxt] = weights
+        return t
+
+    def entropy_floor(self) -> float:
+        """The mean next-token entropy (nats) of a body token: the best achievable LM loss."""
+        w = self.tables()[0, self.domains]
+        w = w[w > 0]
+        return float(-(w * np.log(w)).sum())
+
+
+class SequenceSampler:
+    """Deterministic batches of (inputs, targets) token ids; ``state_dict()`` holds the position."""
+
+    def __init__(self, source: MarkovSource, batch_size: int, seq_len: int, seed: int):
+        self.source = source
+        self.batch_size = batch_size
+        self.seq_len = seq_len
+        self.seed = seed
+        self.position = 0
+        self._cum = np.cumsum(source.tables(), axis=-1)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.position = int(state["position"])
+        self.seed = int(state.get("seed", self.seed))
+
+    def batch_at(self, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """The batch at ``position`` (without moving the sampler): int64 arrays [batch, seq_len]."""
+        rng = np.random.default_rng([self.seed, position, 104729])
+        b, n, src = self.batch_size, self.seq_len + 1, self.source
+        seq = np.empty((b, n), dtype=np.int64)
+        dom = rng.integers(0, src.domains, size=b)
+        seq[:, 0] = dom
+        seq[:, 1] = rng.integers(src.domains, src.vocab, size=b)
+        u = rng.random((b, n))
+        for i in range(2, n):
+            cum = self._cum[dom, seq[:, i - 1]]
+            seq[:, i] = np.minimum((cum < u[:, i : i + 1]).sum(axis=1), src.vocab - 1)
+        return seq[:, :-1], seq[:, 1:]
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        batch = self.batch_at(self.position)
+        self.position += 1
+        return batch

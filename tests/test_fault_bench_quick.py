@@ -1,0 +1,98 @@
+"""The fault benchmark: its criteria and scoring on hand-made outcomes, and the quick subset end to end
+(real trainings with the probe, debugtune and the AutoTrainer baseline) against issue 4's goals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.faults import criteria
+from bench.faults.cli import run_benchmark
+from bench.faults.diagnosis import Ranked
+from bench.faults.matrix import Cell, full_matrix, quick_matrix
+from bench.faults.score import Judged, score
+from debugtune.scenarios.programs import Outcome
+
+GOALS = {"macro_top1": 0.85, "macro_top3": 0.95, "fpr": 0.05}  # issue 4, "Done when"
+
+
+def _outcome(loss, **summary) -> Outcome:
+    loss = np.asarray(loss, dtype=float)
+    return Outcome("digits_mlp", {"loss": loss}, {"chance_loss": np.log(10), **summary})
+
+
+def test_criteria_file_is_complete_and_valid():
+    specs = criteria.load()
+    names = {c.name for c in full_matrix()}
+    assert names <= set(specs), f"criteria missing for {sorted(names - set(specs))}"
+
+
+def test_criteria_decide_from_the_programs_outputs():
+    healthy = _outcome(np.linspace(2.3, 0.01, 100))
+    assert criteria.check("LearningRateTooHigh", _outcome([2.3] * 50 + [np.nan] * 50), healthy, 0).manifested
+    assert criteria.check("LearningRateTooLow", _outcome(np.linspace(2.3, 1.0, 100)), healthy, 0).manifested
+    assert not criteria.check("LearningRateTooLow", _outcome(np.linspace(2.3, 0.02, 100)), healthy, 0).manifested
+    assert criteria.check("DyingReLU", _outcome([1.0] * 10, dead_frac=0.7), healthy, 0).manifested
+    assert not criteria.check("DyingReLU", _outcome([1.0] * 10, dead_frac=0.2), healthy, 0).manifested
+    flat = np.full(100, 0.1)
+    damaged = flat.copy()
+    damaged[40], damaged[41:80] = 50.0, 0.5
+    recovered = flat.copy()
+    recovered[40] = 0.5
+    assert criteria.check("BadBatch", _outcome(damaged), healthy, 40).manifested
+    assert not criteria.check("BadBatch", _outcome(recovered), healthy, 40).manifested
+    assert criteria.check("RecoveringSpike", _outcome(recovered), _outcome(flat), 40).manifested
+    with pytest.raises(criteria.CriteriaError, match="no criterion"):
+        criteria.check("CosmicRays", healthy, healthy, 0)
+
+
+def test_malformed_criteria_name_the_entry(tmp_path):
+    bad = tmp_path / "criteria.yaml"
+    bad.write_text("faults:\n  DyingReLU:\n    dead_unitz: {min: 0.5}\n")
+    with pytest.raises(criteria.CriteriaError, match="DyingReLU: unknown criterion kind 'dead_unitz'"):
+        criteria.load(bad)
+
+
+def test_run_ids_do_not_reveal_the_fault():
+    cells = quick_matrix()
+    ids = [c.run_id for c in cells]
+    assert len(set(ids)) == len(ids)
+    for c in cells:
+        assert c.name.lower() not in c.run_id.lower() and c.program not in c.run_id
+
+
+def test_scoring_is_macro_over_fault_types():
+    def cell(name: str, seed: int = 0, kind: str = "fault") -> Cell:
+        return Cell(kind, name, "digits_mlp", "severe", seed)
+
+    judged = [
+        Judged(cell("DyingReLU", 0), True, "", {"debugtune": Ranked(("DyingReLU",), detection={"DyingReLU": 7})}),
+        Judged(cell("DyingReLU", 1), True, "", {"debugtune": Ranked(("BadWeightInit", "DyingReLU"))}),
+        Judged(cell("LabelNoise"), True, "", {"debugtune": Ranked(("LabelNoise",), detection={"LabelNoise": 3})}),
+        Judged(cell("BadBatch"), False, "no spike", {}),
+        Judged(Cell("control", "Healthy", "digits_mlp", "mild", 0), True, "", {"debugtune": Ranked(())}),
+        Judged(Cell("control", "Healthy", "blobs_mlp", "mild", 0), True, "",
+               {"debugtune": Ranked(("LearningRateTooHigh",))}),
+    ]
+    s = score(judged, "debugtune")
+    assert s["faults"]["DyingReLU"] == {"total": 2, "manifested": 2, "top1": 0.5, "top3": 1.0, "median_delay": 7.0,
+                                         "errors": 0}
+    assert s["macro_top1"] == pytest.approx(0.75) and s["macro_top3"] == 1.0
+    assert s["faults"]["BadBatch"]["manifested"] == 0 and s["fpr"] == 0.5
+    assert s["median_delay"] == 5.0
+
+
+def test_quick_benchmark_meets_the_issue_goals(tmp_path):
+    res = run_benchmark(quick=True, out=tmp_path, jobs=2, verbose=False)
+    apart = [f"{j.cell}: {j.why}" for j in res.judged if not j.manifested]
+    assert not apart, f"quick-subset runs that did not manifest: {apart}"
+    dt, at = res.figures["debugtune"], res.figures["autotrainer"]
+    errors = sum(f["errors"] for f in dt["faults"].values()) + dt["controls"]["errors"]
+    assert errors == 0, "debugtune.diagnose failed on some runs (see results-quick.json)"
+    assert at["faults"]["DyingReLU"]["top1"] == 1.0, "the AutoTrainer port finds a dying-ReLU run"
+    misses = {n: f["top1"] for n, f in dt["faults"].items() if f["top1"] != 1.0}
+    assert dt["macro_top1"] >= GOALS["macro_top1"], f"top-1 {dt['macro_top1']:.2f}; missed: {misses}"
+    assert dt["macro_top3"] >= GOALS["macro_top3"], f"top-3 {dt['macro_top3']:.2f}"
+    assert dt["fpr"] <= GOALS["fpr"], f"false positives: {dt['controls']['flagged']}"
+    assert dt["macro_top1"] > at["macro_top1"] and dt["fpr"] <= at["fpr"] + GOALS["fpr"]
+    assert (tmp_path / "results-quick.json").is_file()

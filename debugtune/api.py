@@ -2,4 +2,123 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from debugtune import settings
+from debugtune.engine.diagnose import DiagnoseError, Thresholds, diagnose_run
+from debugtune.engine.infer import DiagnosisReport, infer
+from debugtune.engine.telemetry.runmeta import RUN_JSON
+from debugtune.engine.telemetry.writer import TELEMETRY_DIR
+from debugtune.kg import Store, open_store
+from debugtune.kg.knowledge import load_knowledge
+from debugtune.kg.namespaces import check_run_id
+from debugtune.query import DslResult
+
+__all__ = ["diagnose", "query", "resolve_run"]
+
+IMPORTED_DIR = ".debugtune-run"
+"""Where a raw profiler or log folder is imported before it is diagnosed (inside it, or under home())."""
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a debugtune run directory (has run.json or telemetry/)."""
+    return (path / RUN_JSON).is_file() or (path / TELEMETRY_DIR).is_dir()
+
+
+def _import_raw(path: Path) -> tuple[Path, str]:
+    """Import a raw profiler or log folder (format autodetected) into a run directory; returns (dir, format)."""
+    from debugtune.engine.capture.importers import ImportFormatError, detect_format, import_path
+
+    try:
+        fmt = detect_format(path)
+    except ImportFormatError as err:
+        raise DiagnoseError(f"nothing diagnosed: {path} is neither a debugtune run directory (no run.json, no "
+                            f"telemetry/) nor a profiler or log folder debugtune can import ({err})") from None
+    target = path / IMPORTED_DIR if path.is_dir() and os.access(path, os.W_OK) else \
+        settings.home() / "imports" / hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    run_id = "".join(c if c.isalnum() or c in "._-" else "-" for c in path.resolve().name)[:100] or "imported"
+    import_path(path, target, fmt=fmt, run_id=run_id if run_id[0].isalnum() else "run-" + run_id, replace=True)
+    return target, fmt
+
+
+def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Path, str | None]:
+    """The run directory to diagnose and, for a raw folder, the format it was imported from.
+
+    A path that exists is used (imported first when it is a raw profiler or log folder); otherwise the
+    argument is taken as a run id whose directory the store remembers.
+    """
+    path = Path(run_dir_or_id)
+    if path.exists():
+        if not path.is_dir():
+            path_dir, fmt = _import_raw(path)
+            return path_dir, fmt
+        if is_run_dir(path):
+            return path, None
+        if not any(path.iterdir()):
+            raise DiagnoseError(f"nothing diagnosed: {path} is empty (no run.json, no telemetry/)")
+        return _import_raw(path)
+    run_id = str(run_dir_or_id)
+    try:
+        check_run_id(run_id)
+    except ValueError:
+        raise DiagnoseError(f"nothing diagnosed: {run_id} is neither an existing directory nor a run id") from None
+    rows = store.query(f"""SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId "{run_id}" ; dt:runDir ?dir }}""")
+    for d in rows.column("dir"):
+        if d and Path(d).is_dir():
+            return Path(d), None
+    raise DiagnoseError(f"nothing diagnosed: {run_id} is not a directory, and the store {store.target} knows no "
+                        f"run directory for a run with that id")
+
+
+def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = None,
+             dimensions: Iterable[str] | None = None, save: bool = True,
+             progress: Callable[[str], None] | None = None) -> DiagnosisReport:
+    """Diagnose a run: detectors over its telemetry, then root-cause inference over the knowledge graph.
+
+    ``store=None`` uses an in-memory store with the knowledge base loaded; otherwise the knowledge base
+    is loaded into ``store`` if it changed. The findings and hypotheses are asserted into the run's
+    named graph and the report is saved to ``<run_dir>/diagnosis.json`` (unless ``save=False``).
+    ``progress`` is called with the name of each stage as it starts.
+    """
+    say = progress or (lambda _stage: None)
+    own = store is None
+    st = open_store(None) if own else store
+    try:
+        say("loading the knowledge base")
+        load_knowledge(st)
+        say("reading telemetry")
+        run_dir, fmt = resolve_run(run_dir_or_id, st)
+        th = Thresholds.from_store(st)
+        say("running detectors")
+        result = diagnose_run(run_dir, th, dimensions)
+        say("inferring the root cause")
+        report = infer(st, result, th, run_dir=str(Path(run_dir).resolve()))
+        if fmt:
+            report.notes.insert(0, f"imported {fmt} data from {run_dir_or_id} into {run_dir}")
+        if save:
+            report.save(run_dir)
+        return report
+    finally:
+        if own:
+            st.close()
+
+
+def query(text: str, *, store: Store | None = None) -> DslResult:
+    """Run one tuning-DSL query (docs/query.md) and return its rows, the SPARQL it ran and any notes.
+
+    ``store=None`` opens the default store (``$DEBUGTUNE_STORE`` or ``~/.debugtune/store``) with the
+    knowledge base loaded. Problems with the query raise `debugtune.query.DslError` subclasses.
+    """
+    from debugtune.query import run_query
+
+    if store is not None:
+        return run_query(text, store)
+    st = open_store(settings.default_store())
+    try:
+        load_knowledge(st)
+        return run_query(text, st)
+    finally:
+        st.close()

@@ -1,1 +1,162 @@
-"""Commands of this stage are added by its issue; nothing registered yet."""
+"""`cann-debug diagnose` and `cann-debug root-cause`: findings in four dimensions and their root cause."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from debugtune.cli.apps import debug_app
+from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, fail, session_store
+from debugtune.engine.infer import REPORT_FILE, DiagnosisReport
+from debugtune.kg.assertions import read_findings, read_hypotheses
+from debugtune.kg.namespaces import check_run_id
+from debugtune.kg.records import Finding, Hypothesis
+
+RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profiler or log folder, or a stored run id.",
+                                            show_default=False)]
+
+
+def _evidence_text(f: Finding, limit: int = 3) -> str:
+    items = list(f.evidence.items())[:limit]
+    return ", ".join(f"{k}={v:.3g}" for k, v in items)
+
+
+def findings_table(findings: list[Finding]) -> Table:
+    table = Table(title=f"{len(findings)} finding(s)", show_lines=False)
+    for col, kw in (("symptom", {}), ("dimension", {}), ("entity", {"overflow": "fold"}),
+                    ("steps", {"justify": "right"}), ("severity", {"justify": "right"}),
+                    ("evidence", {"overflow": "fold"})):
+        table.add_column(col, **kw)
+    for f in findings:
+        table.add_row(f.symptom, f.dimension, escape(f.entity or "(run)"), f"{f.onset_step}–{f.end_step}",
+                      f"{f.severity:.2f}", escape(_evidence_text(f)))
+    return table
+
+
+def hypotheses_table(hypotheses: list[Hypothesis], top: int | None = None) -> Table:
+    shown = hypotheses[:top] if top else hypotheses
+    table = Table(title="root-cause hypotheses")
+    table.add_column("#", justify="right")
+    table.add_column("cause")
+    table.add_column("confidence", justify="right")
+    table.add_column("chain (onset order)", overflow="fold")
+    for h in shown:
+        table.add_row(str(h.rank), f"[bold]{h.cause}[/]" if h.rank == 1 else h.cause, f"{h.confidence:.2f}",
+                      " → ".join(h.chain))
+    return table
+
+
+def print_report(report: DiagnosisReport, *, top: int | None = None, explain: bool = True,
+                 show_findings: bool = True) -> None:
+    """The report as rich tables, the explanation of the best hypothesis, and what was not diagnosed."""
+    cov = ", ".join(f"{d}: {s}" for d, s in report.coverage.items())
+    console.print(f"[bold]run[/] {escape(report.run)}  ({report.steps} steps; {escape(cov)})")
+    if show_findings:
+        console.print(findings_table(report.findings) if report.findings else "no findings")
+    if report.hypotheses:
+        console.print(hypotheses_table(report.hypotheses, top))
+        for h in report.hypotheses[: (top or len(report.hypotheses)) if explain else 1]:
+            console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+    colour = {"diagnosed": "green", "healthy": "green", "undetermined": "yellow"}[report.status]
+    console.print(f"[{colour}]{escape(report.summary())}[/]")
+
+
+def _where(report: DiagnosisReport) -> str:
+    saved = f"report saved to {Path(report.run_dir) / REPORT_FILE}" if report.run_dir else "report not saved"
+    return f"{saved}; findings and hypotheses stored in {report.stored_in} (graph urn:debugtune:run:{report.run}/)"
+
+
+def _run_diagnosis(run: str, store: str | None, dims: list[str] | None, json_out: bool) -> DiagnosisReport:
+    from debugtune.api import diagnose
+
+    with session_store(store) as st:
+        if json_out:
+            return diagnose(run, store=st, dimensions=dims)
+        with console.status("diagnosing …") as status:
+            return diagnose(run, store=st, dimensions=dims, progress=lambda stage: status.update(f"{stage} …"))
+
+
+@debug_app.command("diagnose")
+def diagnose_command(
+    run: RunArgument,
+    gradient: Annotated[bool, typer.Option("--gradient", help="Diagnose gradient flow.")] = False,
+    comm: Annotated[bool, typer.Option("--comm", help="Diagnose communication flow.")] = False,
+    hardware: Annotated[bool, typer.Option("--hardware", help="Diagnose hardware flow.")] = False,
+    convergence: Annotated[bool, typer.Option("--convergence", help="Diagnose convergence flow.")] = False,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
+    picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
+                              ("convergence", convergence)) if on]
+    report = _run_diagnosis(run, store, picked or None, json_out)
+    if json_out:
+        emit_json(report.as_dict())
+        return
+    print_report(report)
+    console.print(f"[dim]{escape(_where(report))}[/]")
+
+
+def _stored(run_id: str, store: str | None) -> tuple[list[Finding], list[Hypothesis], str]:
+    with session_store(store) as st:
+        findings, hypotheses = read_findings(st, run_id), read_hypotheses(st, run_id)
+        target = st.target
+    if not findings and not hypotheses:
+        fail(f"{run_id} is not a directory and the store {target} has no diagnosis for a run with that id; "
+             f"diagnose it first: cann-debug diagnose RUN_DIR --store {target}")
+    return findings, hypotheses, target
+
+
+@debug_app.command("root-cause")
+def root_cause_command(
+    run: RunArgument,
+    top: Annotated[int, typer.Option("--top", min=1, help="How many hypotheses to show.")] = 3,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+    explain: Annotated[bool, typer.Option("--explain", help="Explain every hypothesis shown, with its findings.")]
+    = False,
+) -> None:
+    """The most likely root causes of a run: diagnose RUN_DIR, or read the stored diagnosis of RUN_ID."""
+    if Path(run).exists():
+        report = _run_diagnosis(run, store, None, json_out)
+        findings, hypotheses, source = report.findings, report.hypotheses, _where(report)
+        status, summary = report.status, report.summary()
+    else:
+        try:
+            check_run_id(run)
+        except ValueError:
+            fail(f"{run} is neither an existing directory nor a valid run id")
+        findings, hypotheses, target = _stored(run, store)
+        source = f"stored diagnosis in {target}"
+        status = "diagnosed" if hypotheses else ("undetermined" if findings else "healthy")
+        summary = (f"root cause: {hypotheses[0].cause} (confidence {hypotheses[0].confidence:.2f})" if hypotheses
+                   else "no cause reaches the reporting threshold")
+    shown = hypotheses[:top]
+    if json_out:
+        used = {fid for h in shown for fid in h.findings}
+        body: dict[str, Any] = {
+            "run": run if not Path(run).exists() else report.run, "status": status, "summary": summary,
+            "hypotheses": [{**h.as_dict(), "rank": h.rank} for h in shown],
+            "findings": [f.as_dict() for f in findings if f.id in used or explain]}
+        emit_json(body)
+        return
+    if not shown:
+        console.print(f"[yellow]{escape(summary)}[/] ({len(findings)} finding(s))")
+    else:
+        console.print(hypotheses_table(shown))
+        by_id = {f.id: f for f in findings}
+        for h in shown if explain else shown[:1]:
+            console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
+            if explain:
+                for fid in h.findings:
+                    f = by_id.get(fid)
+                    if f is not None:
+                        console.print(f"    • {escape(f.id)}: steps {f.onset_step}–{f.end_step}, severity "
+                                      f"{f.severity:.2f}; {escape(_evidence_text(f, 6))}")
+    console.print(f"[dim]{escape(source)}[/]")

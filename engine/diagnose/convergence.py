@@ -1,0 +1,526 @@
+"""Convergence-flow detectors: loss spikes, divergence, plateau, oscillation (with its period),
+overfitting, the learning-rate context, and expert utilisation (CV, MaxVio, entropy, dead experts,
+dropped tokens).
+
+Thresholds come from the knowledge base (keys ``convergence.*``, ``moe.*``); sources are in
+``cases/thresholds/convergence.ttl`` and ``cases/thresholds/moe.ttl``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import ndimage
+
+from debugtune.engine.diagnose.base import Context, FamilyResult, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.stats import (
+    MAD_TO_SIGMA,
+    centred_median,
+    dominant_period,
+    ffill,
+    first_run,
+    longest_run,
+    robust_z,
+    sinusoid_amplitude,
+    smooth,
+    trailing_median,
+)
+
+DIM = "convergence"
+
+
+@dataclass(frozen=True)
+class LossCurve:
+    """The training loss and what the learning-rate schedule says about it."""
+
+    steps: np.ndarray
+    loss: np.ndarray          # non-finite values carried forward
+    judge_from: int           # index after warm-up and the early transient
+    lr: np.ndarray | None     # aligned to steps, or None
+    lr_events: np.ndarray     # indices where the LR dropped by a scheduled step
+    scale: float              # the loss level at the start (median |loss| of the first window)
+
+    @property
+    def n(self) -> int:
+        return int(self.steps.size)
+
+
+def detect(ctx: Context) -> FamilyResult:
+    res = FamilyResult(DIM)
+    view, th = ctx.view, ctx.th
+    if view.has("loss"):
+        steps, raw = view.series("loss")
+        res.steps = int(steps.size)
+        if steps.size < th.int("diagnose.min_steps"):
+            res.note(f"loss curve not diagnosed: {steps.size} steps recorded, at least "
+                     f"{th.int('diagnose.min_steps')} are needed to judge")
+        elif not np.isfinite(raw).any():
+            res.note("loss curve not diagnosed: every recorded loss is NaN or Inf")
+        else:
+            curve = _curve(ctx, steps, raw)
+            _nonfinite_loss(ctx, res, steps, raw)
+            _spikes(ctx, res, curve)
+            _divergence(ctx, res, curve)
+            _plateau(ctx, res, curve)
+            _underconfident(ctx, res, curve)
+            _slow(ctx, res, curve)
+            _oscillation(ctx, res, curve)
+            _overfitting(ctx, res, curve)
+            _validation_above_training(ctx, res, curve)
+    else:
+        res.note("loss curve not diagnosed: no loss metric in the telemetry")
+    if view.has("expert_tokens"):
+        _experts(ctx, res)
+    return res
+
+
+def _curve(ctx: Context, steps: np.ndarray, raw: np.ndarray) -> LossCurve:
+    th = ctx.th
+    loss = ffill(raw)
+    n = loss.size
+    sched = lr_schedule(ctx, steps)
+    judge_from = max(int(n * th["convergence.judge_after_frac"]), sched.warmup_end)
+    w = max(3, int(n * th["convergence.window_frac"]))
+    scale = float(np.median(np.abs(loss[:w]))) or 1e-12
+    return LossCurve(steps, loss, min(judge_from, n - 2), sched.lr, sched.drops, scale)
+
+
+def _nonfinite_loss(ctx: Context, res: FamilyResult, steps: np.ndarray, raw: np.ndarray) -> None:
+    res.judge("NaNOrInf")
+    bad = ~np.isfinite(raw)
+    if bad.any():
+        first = int(np.argmax(bad))
+        res.add(make_finding("NaNOrInf", DIM, "loss", steps, first, int(np.flatnonzero(bad)[-1]), 1.0,
+                             {"first_step": steps[first], "nonfinite_steps": int(bad.sum())},
+                             "convergence.nonfinite_loss", first), (steps, bad.astype(float)))
+
+
+def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndarray:
+    """``mask`` with the transient after each scheduled LR drop (and warm-up) cleared."""
+    out = mask.copy()
+    out[: curve.judge_from] = False
+    w = ctx.th.int("convergence.lr_drop.window")
+    for e in curve.lr_events:
+        out[e: e + w] = False
+    return out
+
+
+def _spikes(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    th = ctx.th
+    res.judge("LossSpike")
+    window = th.int("convergence.spike.window")
+    z = robust_z(curve.loss, window)
+    jump = (curve.loss - trailing_median(curve.loss, window)) / curve.scale
+    min_jump = th["convergence.spike.min_jump"]
+    hit = _mask_lr_events(ctx, curve, (z > th["convergence.spike.z"]) & (jump >= min_jump))
+    # Megatron's spiky-loss rule: |loss| ≥ factor × the largest |loss| of the early window.
+    early = max(2, min(th.int("convergence.spike.early_steps"), curve.n // 4))
+    ref = float(np.max(np.abs(curve.loss[:early])))
+    big = np.zeros(curve.n, dtype=bool)
+    big[early:] = np.abs(curve.loss[early:]) >= th["convergence.spike.early_factor"] * ref
+    hit |= big
+    if not hit.any():
+        return
+    idx = np.flatnonzero(hit)
+    episodes = 1 + int(np.count_nonzero(np.diff(idx) > 1))
+    first, peak = int(idx[0]), int(idx[np.argmax(z[idx])])
+    base = np.median(curve.loss[max(0, peak - window):peak]) if peak > 0 else curve.loss[0]
+    after = curve.loss[peak + 1:]
+    recovered = np.flatnonzero(after <= base + 0.5 * (curve.loss[peak] - base))
+    rec_steps = float(recovered[0] + 1) if recovered.size else float("nan")
+    zmax = float(np.max(np.where(np.isfinite(z[idx]), z[idx], 0)))
+    top_jump = float(np.max(np.where(np.isfinite(jump[idx]), jump[idx], 0)))
+    res.add(make_finding(
+        "LossSpike", DIM, "", curve.steps, first, int(idx[-1]),
+        severity(max(top_jump, 1e-9), min_jump, min_jump * 20),
+        {"spikes": float(episodes), "max_robust_z": zmax, "max_jump": top_jump, "peak_step": curve.steps[peak],
+         "peak_loss": float(curve.loss[peak]), "baseline_loss": float(base), "recovery_steps": rec_steps,
+         "early_max_ratio": float(np.max(np.abs(curve.loss[early:]))) / max(ref, 1e-30) if curve.n > early else 0.0},
+        "convergence.spike", first), (curve.steps, np.clip(z, -50, 50)))
+
+
+def _divergence(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    th = ctx.th
+    res.judge("LossDivergence")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    trend = centred_median(curve.loss, w)
+    run_min = np.minimum.accumulate(trend)
+    scale = np.maximum(np.abs(run_min), 1e-12)
+    rise = (trend - run_min) / scale
+    absolute = np.abs(curve.loss) >= th["convergence.divergence.abs_loss"]
+    mask = (rise >= th["convergence.divergence.rise"]) | absolute
+    mask[: curve.judge_from] = absolute[: curve.judge_from]
+    persist = ctx.persist("convergence.persist_steps", curve.steps)
+    start = first_run(mask, persist)
+    if start is None or not mask[-w:].all():
+        return  # a divergence does not come back
+    # the centred trend looks half a window ahead: the onset is where the loss itself first crossed
+    crossed = first_run(curve.loss[start:] >= run_min[start] + th["convergence.divergence.rise"] * scale[start],
+                        persist)
+    start += crossed or 0
+    final_rise = float(rise[-1])
+    res.add(make_finding(
+        "LossDivergence", DIM, "", curve.steps, start, curve.n - 1,
+        severity(max(final_rise, 1e-9), th["convergence.divergence.rise"], th["convergence.divergence.rise"] * 20),
+        {"loss_min": float(run_min[-1]), "loss_end": float(trend[-1]), "relative_rise": final_rise,
+         "loss_max": float(np.max(curve.loss))},
+        "convergence.divergence", start + persist - 1), (curve.steps, trend))
+
+
+def _plateau(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    """The loss barely improves over the run (AutoTrainer's slow convergence, on the loss curve)."""
+    th = ctx.th
+    res.judge("LossPlateau")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    head = float(np.median(curve.loss[:w]))
+    tail = float(np.median(curve.loss[-w:]))
+    if not (np.isfinite(head) and head > 0):
+        return
+    improvement = (head - tail) / abs(head)
+    if improvement >= th["convergence.plateau.min_improvement"]:
+        return
+    if tail > head * (1 + th["convergence.divergence.rise"]):
+        return  # rising, not flat: divergence's business
+    trend = centred_median(curve.loss, w)
+    best = np.minimum.accumulate(trend)
+    # onset: the first step after which the best-so-far loss improves by less than the limit
+    gain_left = (best - best[-1]) / max(abs(head), 1e-12)
+    onset = int(np.argmax(gain_left < th["convergence.plateau.min_improvement"]))
+    evidence = {"relative_improvement": improvement, "loss_start": head, "loss_end": tail}
+    best_acc = _best_accuracy(ctx, w)
+    if best_acc is not None:
+        evidence["accuracy_best"] = best_acc
+    if curve.lr is not None:
+        evidence["lr_median"] = float(np.median(curve.lr))
+    sev = float(np.clip(1.0 - improvement / max(th["convergence.plateau.min_improvement"], 1e-9) * 0.5, 0.5, 1.0))
+    res.add(make_finding("LossPlateau", DIM, "", curve.steps, onset, curve.n - 1, sev, evidence,
+                         "convergence.plateau", max(onset, curve.judge_from, w)), (curve.steps, trend))
+
+
+def _underconfident(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    """The loss stays above the cross-entropy of a calibrated classifier with the same accuracy.
+
+    By Fano's inequality a classifier that outputs the true class posterior, with accuracy ``a`` over
+    ``K`` classes, has a cross-entropy of at most h(a) + (1 − a)·ln(K − 1). ``K`` is taken from the loss
+    at the first steps (an untrained model is no better than chance, so e^loss ≥ K: the bound errs high).
+    A model that has learned (accuracy above chance, loss below its start) yet stays above that bound is
+    under-confident: its outputs are squashed before the loss (a softmax fed to a from-logits loss).
+    """
+    th, view = ctx.th, ctx.view
+    if not view.has("accuracy"):
+        return
+    s, acc = view.series("accuracy")
+    acc = ffill(acc)
+    if not np.isfinite(acc).any():
+        return
+    res.judge("UnderconfidentOutputs")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    a = np.clip(smooth(np.interp(curve.steps, s, acc), w), 0.0, 1.0)
+    loss = smooth(curve.loss, w)
+    start = float(np.median(curve.loss[: min(3, curve.n)]))
+    classes = max(2.0, float(np.exp(min(start, 30.0))))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.clip(a, 1e-9, 1 - 1e-9)
+        bound = -(p * np.log(p) + (1 - p) * np.log1p(-p)) + (1 - a) * np.log(max(classes - 1, 1.0))
+    learned = (loss < start) & (a > th["convergence.underconfident.chance_factor"] / classes)
+    over = learned & (loss - bound >= th["convergence.underconfident.excess"]) & \
+        (loss >= th["convergence.underconfident.ratio"] * bound)
+    over[: curve.judge_from] = False
+    tail_loss, tail_acc = float(np.median(curve.loss[-w:])), float(np.median(a[-w:]))
+    tail_bound = float(np.median(bound[-w:]))
+    if not (over[-w:].mean() >= 0.5 and tail_loss - tail_bound >= th["convergence.underconfident.excess"]):
+        return
+    persist = ctx.persist("convergence.persist_steps", curve.steps)
+    flagged = first_run(over, persist)
+    # the onset is where the loss first left the calibrated bound for good (at chance accuracy the bound
+    # equals the starting loss, so the two part as soon as the model learns); the flag needs the full excess
+    onset = first_run(learned & (loss > bound), persist)
+    flagged = curve.judge_from if flagged is None else flagged
+    onset = flagged if onset is None else min(onset, flagged)
+    ratio = tail_loss / max(tail_bound, 1e-9)
+    res.add(make_finding(
+        "UnderconfidentOutputs", DIM, "", curve.steps, onset, curve.n - 1,
+        severity(ratio, th["convergence.underconfident.ratio"], th["convergence.underconfident.ratio"] * 4),
+        {"loss_end": tail_loss, "accuracy_end": tail_acc, "calibrated_loss_bound": tail_bound,
+         "excess_nats": tail_loss - tail_bound, "classes_estimate": classes},
+        "convergence.underconfident", flagged), (curve.steps, loss - bound))
+
+
+def _best_accuracy(ctx: Context, window: int) -> float | None:
+    """The best training accuracy, averaged over ``window`` steps (None when not recorded)."""
+    if not ctx.view.has("accuracy"):
+        return None
+    _, acc = ctx.view.series("accuracy")
+    acc = ffill(acc)
+    return float(np.max(smooth(acc, window))) if np.isfinite(acc).any() else None
+
+
+def _accuracy_late_share(ctx: Context, curve: LossCurve, window: int) -> float | None:
+    """Share of the accuracy gain made in the second half (None without a material accuracy gain)."""
+    if not ctx.view.has("accuracy"):
+        return None
+    s, acc = ctx.view.series("accuracy")
+    acc = smooth(ffill(np.interp(curve.steps, s, ffill(acc))), window)
+    head, mid, tail = acc[window // 2], acc[curve.n // 2], acc[-1 - window // 2]
+    if not np.isfinite(tail - head) or tail - head < ctx.th["convergence.slow.min_accuracy_gain"]:
+        return None
+    return float((tail - mid) / (tail - head))
+
+
+def _slow(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    """The loss still falls steadily at the end of the run (a large share of its improvement came in the
+    second half), or the accuracy never reaches AutoTrainer's convergence level."""
+    th = ctx.th
+    res.judge("SlowConvergence")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    trend = centred_median(curve.loss, w)
+    head, mid, tail = float(trend[w // 2]), float(trend[curve.n // 2]), float(trend[-1 - w // 2])
+    total = head - tail
+    if not (np.isfinite(total) and head > 0) or total / abs(head) < th["convergence.plateau.min_improvement"]:
+        return  # no improvement at all is a plateau; a rise is a divergence
+    late = (mid - tail) / total
+    best_acc = _best_accuracy(ctx, w)
+    unconverged = best_acc is not None and best_acc < th["convergence.slow.accuracy"]
+    still = late >= th["convergence.slow.late_share"]
+    acc_late = _accuracy_late_share(ctx, curve, w)
+    if still and acc_late is not None and acc_late < th["convergence.slow.late_share_accuracy"]:
+        still = False  # the loss creeps on, but the accuracy had already settled: a noisy task, not a slow run
+    if not (still or unconverged):
+        return
+    ev = {"late_share": late, "relative_improvement": total / abs(head), "loss_start": head, "loss_end": tail}
+    if acc_late is not None:
+        ev["accuracy_late_share"] = acc_late
+    if best_acc is not None:
+        ev["accuracy_best"] = best_acc
+    if curve.lr is not None:
+        ev["lr_median"] = float(np.median(curve.lr))
+    sev = max(severity(max(late, 1e-9), th["convergence.slow.late_share"], 1.0),
+              0.5 + 0.5 * (1 - best_acc / th["convergence.slow.accuracy"]) if unconverged else 0.0)
+    onset = curve.n // 2
+    res.add(make_finding("SlowConvergence", DIM, "", curve.steps, curve.judge_from, curve.n - 1, sev, ev,
+                         "convergence.slow", onset), (curve.steps, trend))
+
+
+def _oscillation(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    """Periodic or bouncing loss: detrend, find the period by autocorrelation, measure the amplitude."""
+    th = ctx.th
+    res.judge("LossOscillation")
+    seg = slice(curve.judge_from, curve.n)
+    y = curve.loss[seg]
+    if y.size < 4 * th.int("convergence.oscillation.min_period"):
+        return
+    trend = smooth(y, max(3, int(y.size * th["convergence.oscillation.trend_frac"])))
+    resid = y - trend
+    # winsorised at a few robust sigmas: one spike must not pass for a period (its echo fills the ACF)
+    centre = float(np.median(resid))
+    spread = MAD_TO_SIGMA * float(np.median(np.abs(resid - centre)))
+    clip = th["convergence.oscillation.clip_sigma"] * spread
+    if clip > 0:
+        resid = np.clip(resid, centre - clip, centre + clip)
+    level = curve.scale  # amplitudes are judged against the loss scale, not a level that may near zero
+    period, peak = dominant_period(resid, th.int("convergence.oscillation.min_period"),
+                                   int(y.size * th["convergence.oscillation.max_period_frac"]))
+    periodic = period > 0 and peak >= th["convergence.oscillation.min_acf"]
+    amp = 0.0
+    if periodic:
+        cands = np.unique(np.round(np.linspace(0.85 * period, 1.15 * period, 31), 1))
+        amps = [sinusoid_amplitude(resid, p) for p in cands]
+        k = int(np.argmax(amps))
+        period_f, amp = float(cands[k]), float(amps[k])
+        periodic = amp / level >= th["convergence.oscillation.min_rel_amplitude"]
+    # bouncing without a clean period: mid-frequency swings after removing step-to-step noise
+    mid = smooth(y, th.int("convergence.oscillation.noise_window")) - trend
+    # robust spread (MAD): one spike must not pass for an oscillation
+    bounce = MAD_TO_SIGMA * float(np.median(np.abs(mid - np.median(mid)))) * np.sqrt(2) / level
+    bouncing = bounce >= th["convergence.oscillation.bounce_rel_amplitude"]
+    if not (periodic or bouncing):
+        return
+    ev = {"relative_amplitude": (amp if periodic else bounce * level) / level, "loss_scale": level,
+          "bounce_rel_amplitude": bounce}
+    if periodic:
+        ev.update(period_steps=period_f, amplitude=amp, acf_peak=peak)
+    else:
+        ev.update(amplitude=bounce * level)
+    rel = ev["relative_amplitude"]
+    limit = th["convergence.oscillation.min_rel_amplitude"] if periodic else \
+        th["convergence.oscillation.bounce_rel_amplitude"]
+    # onset: where the swing's local amplitude (RMS envelope over a period) first reaches half its level
+    win = max(3, int(round(period_f)) if periodic else 2 * th.int("convergence.oscillation.noise_window"))
+    wave = resid if periodic else mid
+    env = np.sqrt(2 * smooth(wave ** 2, win))
+    onset = curve.judge_from + int(np.argmax(env >= 0.5 * rel * level))
+    det = onset + int(2 * (period_f if periodic else th.int("convergence.oscillation.noise_window")))
+    res.add(make_finding(
+        "LossOscillation", DIM, "", curve.steps, onset, curve.n - 1, severity(rel, limit, limit * 10), ev,
+        "convergence.oscillation.acf" if periodic else "convergence.oscillation.bounce", det),
+        (curve.steps[seg], resid))
+
+
+def _overfitting(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    th, view = ctx.th, ctx.view
+    if not view.has("eval_loss"):
+        res.note("Overfitting not judged: eval_loss not recorded")
+        return
+    es, ev = view.series("eval_loss")
+    ok = np.isfinite(ev)
+    es, ev = es[ok], ev[ok]
+    if es.size < th.int("convergence.overfit.min_evals"):
+        res.note(f"Overfitting not judged: {es.size} evaluations recorded, at least "
+                 f"{th.int('convergence.overfit.min_evals')} are needed")
+        return
+    res.judge("Overfitting")
+    best = int(np.argmin(ev))
+    rise = (ev[-1] - ev[best]) / max(abs(ev[best]), 1e-12)
+    train_at = np.interp(es, curve.steps, smooth(curve.loss, max(3, curve.n // 20)))
+    train_falls = train_at[-1] < train_at[best]
+    gap = (ev[-1] - train_at[-1]) / max(abs(train_at[-1]), 1e-12)
+    if rise < th["convergence.overfit.rise"] or not train_falls or best == es.size - 1:
+        return
+    res.add(make_finding(
+        "Overfitting", DIM, "", es, best, es.size - 1, severity(rise, th["convergence.overfit.rise"],
+                                                                th["convergence.overfit.rise"] * 10),
+        {"eval_loss_min": float(ev[best]), "eval_loss_end": float(ev[-1]), "relative_rise": float(rise),
+         "train_loss_end": float(train_at[-1]), "generalisation_gap": float(gap)},
+        "convergence.overfit", int(np.argmax((ev - ev[best]) / max(abs(ev[best]), 1e-12)
+                                              >= th["convergence.overfit.rise"]))), (es, ev))
+
+
+def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+    """Held-out accuracy above training accuracy (UMLAUT's check): the training labels or inputs are harder
+    than the held-out ones — noisy or corrupted labels, or train-only augmentation and regularisation."""
+    th, view = ctx.th, ctx.view
+    if not (view.has("accuracy") and view.has("eval_accuracy")):
+        return
+    es, ev = view.series("eval_accuracy")
+    ok = np.isfinite(ev)
+    es, ev = es[ok], ev[ok]
+    if es.size < th.int("convergence.overfit.min_evals"):
+        return
+    res.judge("ValidationAboveTraining")
+    ts, acc = view.series("accuracy")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    train_at = np.interp(es, ts, smooth(ffill(acc), w))
+    gap = ev - train_at
+    limit = th["convergence.val_gap.min"]
+    judged = es >= curve.steps[curve.judge_from]
+    mask = (gap >= limit) & judged
+    # a lasting condition, not a last-evaluation one: a model that memorises the noisy labels late closes it
+    if judged.sum() < th.int("convergence.overfit.min_evals") or \
+            mask[judged].mean() < th["convergence.val_gap.persist_frac"]:
+        return
+    onset = first_run(mask, 2)
+    onset = int(np.argmax(mask)) if onset is None else onset
+    level = float(np.median(gap[judged]))
+    res.add(make_finding(
+        "ValidationAboveTraining", DIM, "", es, onset, es.size - 1, severity(level, limit, 0.5),
+        {"gap": level, "eval_accuracy": float(ev[-1]), "train_accuracy": float(train_at[-1])},
+        "convergence.val_gap", onset), (es, gap))
+
+
+# -- experts --------------------------------------------------------------------------------------
+def _router_groups(labels: tuple) -> dict[str, list[tuple[int, int]]]:
+    """router path → [(row, expert index)] from entity names '<router>/expert:<i>' or 'expert:<i>'."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for row, name in enumerate(labels):
+        router, _, idx = str(name).rpartition("expert:")
+        try:
+            out.setdefault(router.rstrip("/"), []).append((row, int(idx)))
+        except ValueError:
+            continue
+    return out
+
+
+def imbalance_stats(c: np.ndarray) -> dict[str, np.ndarray]:
+    """Per step (columns) of tokens per expert (rows): CV, MaxVio, normalised entropy, top share."""
+    c = np.nan_to_num(c)
+    e = c.shape[0]
+    total = c.sum(axis=0)
+    mean = total / e
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total > 0, c / total, 1.0 / e)
+        cv = np.where(mean > 0, c.std(axis=0) / mean, 0.0)
+        maxvio = np.where(mean > 0, (c.max(axis=0) - mean) / mean, 0.0)
+        ent = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=0) / np.log(e) if e > 1 else np.ones(c.shape[1])
+    return {"cv": cv, "maxvio": maxvio, "entropy": ent, "top_share": p.max(axis=0), "total": total,
+            "top": p.argmax(axis=0)}
+
+
+def _experts(ctx: Context, res: FamilyResult) -> None:
+    th, view = ctx.th, ctx.view
+    grid = view.by_entity("expert_tokens", reduce="sum")
+    if grid.steps.size < th.int("diagnose.min_steps"):
+        res.note(f"expert utilisation not diagnosed: {grid.steps.size} steps of expert_tokens, at least "
+                 f"{th.int('diagnose.min_steps')} are needed")
+        return
+    res.judge("ExpertImbalance", "DeadExperts")
+    dropped = view.by_entity("dropped_tokens", reduce="sum") if view.has("dropped_tokens") else None
+    if dropped is not None:
+        res.judge("TokenDropping")
+    persist = ctx.persist("moe.persist_steps", grid.steps)
+    for router, members in _router_groups(grid.labels).items():
+        members.sort(key=lambda m: m[1])
+        rows, experts = [m[0] for m in members], [m[1] for m in members]
+        if len(rows) < 2:
+            continue
+        c = np.nan_to_num(grid.values[rows])
+        window = th.int("moe.window_steps")  # tokens summed over a few steps: counting noise averages out
+        st = imbalance_stats(ndimage.uniform_filter1d(c, size=min(window, c.shape[1]), axis=1, mode="nearest"))
+        prefix = f"{router}/" if router else ""
+        mask = st["maxvio"] >= th["moe.imbalance.maxvio"]
+        start, length = longest_run(mask)
+        if length >= max(persist, int(th["moe.imbalance.min_frac"] * mask.size)):
+            ep = slice(start, start + length)
+            share = c[:, ep].sum(axis=1) / max(c[:, ep].sum(), 1e-12)
+            hot = int(np.argmax(share))
+            level = float(np.median(st["maxvio"][ep]))
+            res.add(make_finding(
+                "ExpertImbalance", DIM, f"{prefix}expert:{experts[hot]}", grid.steps, start, start + length - 1,
+                severity(level, th["moe.imbalance.maxvio"], len(rows) - 1.0),
+                {"expert": experts[hot], "token_share": float(share[hot]), "cv": float(np.median(st["cv"][ep])),
+                 "maxvio": level, "entropy": float(np.median(st["entropy"][ep])), "experts": len(rows),
+                 "episode_steps": length, "cv_after": float(np.median(st["cv"][start + length:]))
+                 if start + length < mask.size else float(np.median(st["cv"][ep]))},
+                "moe.imbalance", start + persist - 1), (grid.steps, st["maxvio"]))
+        mean = st["total"] / len(rows)
+        cold = np.nan_to_num(c) < th["moe.dead.frac_of_mean"] * mean
+        dead_rows = []
+        for k in range(len(rows)):
+            s = first_run(cold[k], th.int("moe.dead.steps"))
+            if s is not None and cold[k, s:].mean() >= th["moe.persist_frac"]:  # dead experts stay dead
+                dead_rows.append((k, s))
+        if dead_rows:
+            onset = min(s for _, s in dead_rows)
+            res.add(make_finding(
+                "DeadExperts", DIM, router or "router", grid.steps, onset, grid.steps.size - 1,
+                float(np.clip(0.5 + len(dead_rows) / len(rows), 0.5, 1.0)),
+                {"dead_experts": len(dead_rows), "experts": len(rows),
+                 "first_dead_expert": experts[min(dead_rows, key=lambda d: d[1])[0]]},
+                "moe.dead", onset + th.int("moe.dead.steps") - 1), (grid.steps, cold.sum(axis=0).astype(float)))
+        if dropped is not None:
+            _dropping(ctx, res, router, dropped, grid.steps, st["total"])
+
+
+def _dropping(ctx: Context, res: FamilyResult, router: str, dropped, steps: np.ndarray, total: np.ndarray) -> None:
+    th = ctx.th
+    key = router if router in dropped.labels else ("" if "" in dropped.labels else None)
+    if key is None:
+        return
+    d = np.interp(steps, dropped.steps, np.nan_to_num(dropped.row(key)))
+    window = th.int("moe.window_steps")
+    total_w = ndimage.uniform_filter1d(total, size=min(window, total.size), mode="nearest")
+    d_w = ndimage.uniform_filter1d(d, size=min(window, d.size), mode="nearest")
+    with np.errstate(divide="ignore", invalid="ignore"):  # expert_tokens counts assignments before capacity
+        frac = np.where(total_w > 0, d_w / total_w, 0.0)
+    mask = frac >= th["moe.dropping.frac"]
+    start, length = longest_run(mask)
+    persist = ctx.persist("moe.persist_steps", steps)
+    if length < max(persist, int(th["moe.imbalance.min_frac"] * mask.size)):
+        return
+    ep = slice(start, start + length)
+    level = float(np.median(frac[ep]))
+    res.add(make_finding(
+        "TokenDropping", DIM, router or "router", steps, start, start + length - 1,
+        severity(level, th["moe.dropping.frac"], 0.9),
+        {"drop_fraction": level, "drop_fraction_max": float(frac.max()), "episode_steps": length},
+        "moe.dropping", start + persist - 1), (steps, frac))

@@ -1,0 +1,464 @@
+"""Gradient-flow detectors: NaN/Inf, explosion, vanishing, dead units, saturation, zero update,
+router-gradient vanishing, update/weight ratio out of band and grad-norm drift.
+
+Every grid is layers × steps; every rule is a vectorised comparison over it. Thresholds come from
+the knowledge base (keys ``gradient.*``); their sources are in ``cases/thresholds/gradient.ttl``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from debugtune.engine.diagnose.base import Context, FamilyResult, layer_order, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.stats import (
+    centred_median,
+    dominant_period,
+    ffill,
+    first_run,
+    longest_run,
+    sinusoid_amplitude,
+    spearman,
+)
+from debugtune.kg.records import location_kind
+
+DIM = "gradient"
+
+
+def _layers(ctx: Context, grid: Grid) -> Grid:
+    """Rows of ``grid`` that are layers (not the global '' entity, not expert aggregates), input → output."""
+    names = [str(n) for n in grid.labels if n and location_kind(str(n)) == "layer"]
+    order = layer_order(ctx.view, names)
+    idx = [grid.labels.index(n) for n in order]
+    return Grid(grid.metric, tuple(order), grid.steps, grid.values[idx] if idx else grid.values[:0])
+
+
+def global_norm(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """The global gradient norm per step: the '' entity when recorded, else √Σ layer norms²."""
+    steps, g = ctx.view.series("grad_norm", "")
+    if steps.size:
+        return steps, g
+    grid = _layers(ctx, ctx.view.by_entity("grad_norm"))
+    if grid.empty:
+        return grid.steps, np.zeros(0)
+    with np.errstate(invalid="ignore"):
+        return grid.steps, np.sqrt(np.nansum(grid.values ** 2, axis=0))
+
+
+def detect(ctx: Context) -> FamilyResult:
+    res = FamilyResult(DIM)
+    view, th = ctx.view, ctx.th
+    if not view.has("grad_norm"):
+        res.note("gradient flow not diagnosed: no grad_norm metric in the telemetry")
+        return res
+    norms = _layers(ctx, view.by_entity("grad_norm"))
+    steps, gnorm = global_norm(ctx)
+    res.steps = int(steps.size)
+    if steps.size < th.int("diagnose.min_steps"):
+        res.note(f"gradient flow not diagnosed: {steps.size} steps recorded, at least "
+                 f"{th.int('diagnose.min_steps')} are needed to judge")
+        return res
+    _nan_inf(ctx, res, norms)
+    _explosion(ctx, res, norms, steps, gnorm)
+    _vanishing(ctx, res, norms)
+    _drift(ctx, res, steps, gnorm)
+    _sawtooth(ctx, res, steps, gnorm)
+    _dead_units(ctx, res)
+    _saturation(ctx, res)
+    _zero_update(ctx, res, norms)
+    _update_ratio(ctx, res)
+    _router(ctx, res, norms)
+    return res
+
+
+def _nan_inf(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+    """NaN or Inf gradient values (grad_nan / grad_inf counts, or non-finite norms) in any layer."""
+    res.judge("NaNOrInf")
+    view = ctx.view
+    grids = [view.nonfinite("grad_norm")]
+    grids += [view.by_entity(m, reduce="max") for m in ("grad_nan", "grad_inf") if view.has(m)]
+    steps = np.unique(np.concatenate([g.steps for g in grids if g.steps.size])) if grids else np.zeros(0)
+    if steps.size == 0:
+        return
+    bad_by_entity: dict[str, np.ndarray] = {}
+    for g in grids:
+        col = np.searchsorted(steps, g.steps)
+        for i, name in enumerate(g.labels):
+            hit = np.nan_to_num(g.values[i]) > 0
+            if hit.any():
+                row = bad_by_entity.setdefault(str(name), np.zeros(steps.size, dtype=bool))
+                row[col[hit]] = True
+    if not bad_by_entity:
+        return
+    bad = np.array(list(bad_by_entity.values()))
+    steps_bad = bad.any(axis=0)
+    first = int(np.argmax(steps_bad))
+    order = [n for n in norms.labels if n in bad_by_entity] + [n for n in bad_by_entity if n not in norms.labels]
+    entity = next((n for n in order if bad_by_entity[n][first] and n), "")
+    res.add(make_finding(
+        "NaNOrInf", DIM, entity, steps, first, int(np.flatnonzero(steps_bad)[-1]), 1.0,
+        {"first_step": steps[first], "nonfinite_steps": int(steps_bad.sum()),
+         "layers_affected": sum(1 for n in bad_by_entity if n)},
+        "gradient.nan_inf", first), (steps, steps_bad.astype(float)))
+
+
+def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
+    """Median over layers of ‖g‖/‖W‖ over the first steps (None without weight norms)."""
+    if not ctx.view.has("weight_norm") or norms.empty:
+        return None
+    weights = _layers(ctx, ctx.view.by_entity("weight_norm"))
+    k = min(ctx.th.int("gradient.explosion.init_steps"), norms.steps.size)
+    w = weights.like(norms)[:, :k]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(w > 0, norms.values[:, :k] / w, np.nan)
+    if not np.isfinite(r).any():
+        return None
+    return float(np.nanmedian(np.nanmedian(r, axis=1)))
+
+
+def _first_last_ratio(norms: Grid) -> np.ndarray:
+    """‖g_first‖ / ‖g_last‖ per step (AutoTrainer's gradient ratio); NaN where undefined."""
+    first, last = ffill(norms.values[0]), ffill(norms.values[-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(last > 0, first / last, np.nan)
+
+
+def _explosion(ctx: Context, res: FamilyResult, norms: Grid, steps: np.ndarray, gnorm: np.ndarray) -> None:
+    th = ctx.th
+    res.judge("GradientExplosion")
+    g = ffill(gnorm)
+    if not np.isfinite(g).any():
+        return
+    n = g.size
+    persist = ctx.persist("gradient.persist_steps", steps)
+    # Megatron's large-grads rule: ≥ factor × the largest norm of the early window.
+    early = max(2, min(th.int("gradient.explosion.early_steps"), int(n * th["gradient.explosion.early_frac"])))
+    ref = np.nanmax(g[:early])
+    factor = th["gradient.explosion.factor"]
+    big = np.zeros(n, dtype=bool)
+    big[early:] = g[early:] >= factor * ref
+    hits = [("early_max", big, g / max(ref, 1e-30), factor)]
+    # AutoTrainer's rule: first-layer over last-layer gradient norm above beta3.
+    if len(norms.labels) >= 2:
+        ratio = _first_last_ratio(norms)
+        beta3 = th["gradient.explosion.first_last_ratio"]
+        hits.append(("first_last_ratio", np.nan_to_num(ratio) > beta3, np.nan_to_num(ratio), beta3))
+    # gradients as large as the weights themselves from the first steps (inputs or init far off scale)
+    init = _initial_grad_weight_ratio(ctx, norms)
+    if init is not None:
+        limit = th["gradient.explosion.init_ratio"]
+        mask = np.zeros(n, dtype=bool)
+        k = min(th.int("gradient.explosion.init_steps"), n)
+        mask[:k] = init >= limit
+        hits.append(("init_ratio", mask, np.full(n, init), limit))
+    best = None
+    for name, mask, value, limit in hits:
+        start = first_run(mask, persist if name == "first_last_ratio" else 1)
+        if start is None:
+            continue
+        frac = float(mask[start:].mean())
+        if name == "first_last_ratio" and frac < th["gradient.persist_frac"]:
+            continue
+        peak = float(np.nanmax(value[start:]))
+        sev = severity(peak, limit, limit * th["gradient.explosion.saturate"])
+        if best is None or sev > best[0]:
+            best = (sev, name, start, mask, peak, frac)
+    if best is None:
+        return
+    sev, name, start, mask, peak, frac = best
+    entity = norms.labels[0] if name == "first_last_ratio" and norms.labels else ""
+    end = int(np.flatnonzero(mask)[-1])
+    res.add(make_finding(
+        "GradientExplosion", DIM, entity, steps, start, end, sev,
+        {"rule": {"early_max": 1.0, "first_last_ratio": 2.0, "init_ratio": 3.0}[name], "peak_ratio": peak,
+         "grad_norm_peak": float(np.nanmax(g)),
+         "grad_norm_early_max": float(ref), "fraction_of_steps": frac},
+        f"gradient.explosion.{name}", start + (0 if name == "early_max" else persist - 1)),
+        (steps, np.log10(np.maximum(g, 1e-30))))
+
+
+def _vanishing(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+    th = ctx.th
+    if len(norms.labels) < 2:
+        res.note("GradientVanishing not judged: fewer than two layers recorded")
+        return
+    res.judge("GradientVanishing")
+    ratio = _first_last_ratio(norms)
+    first = ffill(norms.values[0])
+    floor = th["gradient.vanishing.first_norm"]
+    mask = (np.nan_to_num(ratio, nan=1.0) < th["gradient.vanishing.first_last_ratio"]) & (first < floor)
+    # every layer below the floor while the loss is still far from zero: the gradient died at the output
+    top = np.where(np.isfinite(norms.values), norms.values, -np.inf).max(axis=0)
+    whole = _unconverged(ctx, norms.steps) & (top >= 0) & (top < floor)
+    mask |= whole
+    ratio = np.where(whole, 0.0, ratio)
+    persist = ctx.persist("gradient.persist_steps", norms.steps)
+    start = first_run(mask, persist)
+    if start is None or mask[start:].mean() < th["gradient.persist_frac"]:
+        return
+    level = float(np.nanmedian(np.where(mask, ratio, np.nan)[start:]))
+    limit = th["gradient.vanishing.first_last_ratio"]
+    sev = severity(1 / max(level, 1e-30), 1 / limit, 1 / th["gradient.vanishing.saturate"])
+    res.add(make_finding(
+        "GradientVanishing", DIM, norms.labels[0], norms.steps, start, int(np.flatnonzero(mask)[-1]), sev,
+        {"first_last_ratio": level, "first_layer_norm": float(np.median(first[start:])),
+         "last_layer_norm": float(np.nanmedian(norms.values[-1][start:])),
+         "fraction_of_steps": float(mask[start:].mean()), "all_layers": float(whole[start:].mean() >= 0.5)},
+        "gradient.vanishing.first_last_ratio", start + persist - 1),
+        (norms.steps, np.log10(np.maximum(np.nan_to_num(ratio, nan=1.0), 1e-30))))
+
+
+def _unconverged(ctx: Context, steps: np.ndarray) -> np.ndarray:
+    """Per step: whether the training loss is still above ``gradient.vanishing.loss_share`` of its start
+    (all true when no loss is recorded)."""
+    if not ctx.view.has("loss"):
+        return np.ones(steps.size, dtype=bool)
+    ls, lv = ctx.view.series("loss")
+    lv = ffill(lv)
+    if not np.isfinite(lv).any():
+        return np.ones(steps.size, dtype=bool)
+    start = float(np.median(np.abs(lv[: max(1, min(3, lv.size))])))
+    return np.interp(steps, ls, np.abs(lv)) > ctx.th["gradient.vanishing.loss_share"] * start
+
+
+def _drift(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndarray) -> None:
+    """A sustained monotone rise of the global norm (e.g. gradients accumulating without zero_grad)."""
+    th = ctx.th
+    res.judge("GradNormDrift")
+    g = ffill(gnorm)
+    if not np.isfinite(g).all():
+        return
+    n = g.size
+    w = max(2, int(n * th["gradient.drift.window_frac"]))
+    h = max(3, int(n * th["gradient.drift.head_frac"]))
+    head, tail = np.median(g[:h]), np.median(g[-w:])
+    if head <= 0:
+        return
+    growth = tail / head
+    rho = spearman(np.arange(n, dtype=float), g)
+    if growth < th["gradient.drift.growth"] or rho < th["gradient.drift.rank_corr"]:
+        return
+    onset = int(np.argmax(g > head * np.sqrt(th["gradient.drift.growth"])))
+    res.add(make_finding(
+        "GradNormDrift", DIM, "", steps, onset, n - 1, severity(growth, th["gradient.drift.growth"],
+                                                               th["gradient.drift.growth"] * 10),
+        {"growth": growth, "rank_correlation": rho, "grad_norm_start": head, "grad_norm_end": tail},
+        "gradient.drift", max(onset, h)), (steps, np.log10(np.maximum(g, 1e-30))))
+
+
+def _sawtooth(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndarray) -> None:
+    """The global gradient norm climbs step after step and falls back at a fixed period: gradients pile up
+    between resets (zero_grad called only every k steps). Found by the autocorrelation of the detrended
+    log norm, as for the loss oscillation, plus the share of rising steps that makes it a sawtooth."""
+    th = ctx.th
+    res.judge("GradNormSawtooth")
+    g = ffill(gnorm)
+    judge_from = int(g.size * th["gradient.judge_after_frac"])
+    y = np.log(np.maximum(g[judge_from:], 1e-30))
+    if y.size < 4 * th.int("gradient.sawtooth.min_period") or not np.isfinite(y).all():
+        return
+    resid = y - centred_median(y, th.int("gradient.sawtooth.trend_window"))
+    period, corr = dominant_period(resid, th.int("gradient.sawtooth.min_period"), y.size // 4)
+    rising = float(np.mean(np.diff(y) > 0))
+    if not period or corr < th["gradient.sawtooth.acf"] or rising < th["gradient.sawtooth.rise_share"]:
+        return
+    swing = float(np.exp(2 * sinusoid_amplitude(resid, period)))
+    res.add(make_finding(
+        "GradNormSawtooth", DIM, "", steps, judge_from, g.size - 1,
+        severity(corr, th["gradient.sawtooth.acf"], 1.0),
+        {"period_steps": float(period), "autocorrelation": corr, "rising_share": rising, "peak_to_trough": swing},
+        "gradient.sawtooth", min(g.size - 1, judge_from + 2 * period)), (steps[judge_from:], resid))
+
+
+def _persistent_rows(ctx: Context, grid: Grid, limit: float, key: str) -> list[tuple[int, int, float, float]]:
+    """(row, onset index, fraction of later steps above ``limit``, median after onset) per row that
+    stays above ``limit`` for the persistence window and for the persistence fraction after it."""
+    th = ctx.th
+    persist, need = ctx.persist("gradient.persist_steps", grid.steps), th[f"{key}.persist_frac"]
+    judge_from = int(grid.steps.size * th["gradient.judge_after_frac"])
+    out = []
+    for i in range(len(grid.labels)):
+        v = ffill(grid.values[i])
+        mask = v >= limit
+        mask[:judge_from] = False
+        start = first_run(mask, persist)
+        if start is None:
+            continue
+        frac = float(mask[start:].mean())
+        if frac >= need:
+            out.append((i, start, frac, float(np.median(v[start:]))))
+    return out
+
+
+def _dead_units(ctx: Context, res: FamilyResult) -> None:
+    th, view = ctx.th, ctx.view
+    metric = "act_zero_frac" if view.has("act_zero_frac") else "grad_zero_frac" if view.has("grad_zero_frac") else None
+    if metric is None:
+        res.note("DeadUnits not judged: neither act_zero_frac nor grad_zero_frac recorded")
+        return
+    res.judge("DeadUnits")
+    grid = view.by_entity(metric)
+    grid = Grid(grid.metric, grid.labels, grid.steps, grid.values)
+    limit = th[f"gradient.dead_units.{metric}"]
+    rows = _persistent_rows(ctx, grid, limit, "gradient.dead_units")
+    if not rows:
+        return
+    i, start, frac, level = max(rows, key=lambda r: r[3])
+    share = len(rows) / max(len(grid.labels), 1)
+    depth = np.clip((level - limit) / max(th["gradient.dead_units.saturate"] - limit, 1e-9), 0.0, 1.0)
+    res.add(make_finding(
+        "DeadUnits", DIM, str(grid.labels[i]), grid.steps, start, grid.steps.size - 1,
+        0.5 + 0.25 * float(depth) + 0.25 * share,
+        {metric: level, "threshold": limit, "fraction_of_steps": frac, "layers_affected": len(rows),
+         "layers_total": len(grid.labels),
+         f"{metric}_start": float(np.nanmedian(grid.values[i][: max(2, start // 2 + 1)]))},
+        f"gradient.dead_units.{metric}", start + ctx.persist("gradient.persist_steps", grid.steps) - 1),
+        (grid.steps, ffill(grid.values[i])))
+
+
+def _saturation(ctx: Context, res: FamilyResult) -> None:
+    th, view = ctx.th, ctx.view
+    if not view.has("act_sat_frac"):
+        res.note("ActivationSaturation not judged: act_sat_frac not recorded (attach with activations=True)")
+        return
+    res.judge("ActivationSaturation")
+    grid = view.by_entity("act_sat_frac")
+    limit = th["gradient.saturation.act_sat_frac"]
+    rows = _persistent_rows(ctx, grid, limit, "gradient.saturation")
+    if not rows:
+        return
+    i, start, frac, level = max(rows, key=lambda r: r[3])
+    res.add(make_finding(
+        "ActivationSaturation", DIM, str(grid.labels[i]), grid.steps, start, grid.steps.size - 1,
+        severity(level, limit, 1.0), {"act_sat_frac": level, "threshold": limit, "fraction_of_steps": frac,
+                                      "layers_affected": len(rows)},
+        "gradient.saturation.act_sat_frac", start + ctx.persist("gradient.persist_steps", grid.steps) - 1),
+        (grid.steps, ffill(grid.values[i])))
+
+
+def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+    """Layers whose weights never change while others do: frozen, or missing from the optimizer.
+
+    A layer counts when its update is zero on most steps, when it has gradients but no update was ever
+    recorded for it (the probe records updates of the parameters the optimizer holds), or when the
+    probe reports parameters that require no gradient."""
+    th, view = ctx.th, ctx.view
+    metric = "update_norm" if view.has("update_norm") else "update_ratio" if view.has("update_ratio") else None
+    params = (ctx.meta.get("probe") or {}).get("params") or {}
+    frozen_names = [str(n).rpartition(".")[0] or str(n) for n in params.get("frozen_names") or []]
+    if metric is None and not frozen_names:
+        res.note("ZeroUpdate not judged: neither update_norm nor update_ratio recorded")
+        return
+    res.judge("ZeroUpdate")
+    grid = _layers(ctx, view.by_entity(metric)) if metric else Grid("", (), norms.steps, np.zeros((0, 0)))
+    frozen: list[str] = []
+    moving: list[str] = []
+    start = 0
+    if not grid.empty:
+        v = np.abs(grid.values)
+        zero = np.where(np.isnan(v), False, v <= th["gradient.zero_update.eps"])
+        still = zero.mean(axis=1) >= th["gradient.zero_update.frac"]
+        frozen += [str(n) for n, f in zip(grid.labels, still, strict=True) if f]
+        moving += [str(n) for n, f in zip(grid.labels, still, strict=True) if not f]
+        if still.any():
+            start = int(np.argmax(zero[int(np.argmax(still))]))
+        frozen += [n for n in norms.labels if n not in grid.labels]  # gradients, but never updated
+    frozen += [n for n in frozen_names if n not in frozen]
+    if not frozen or (not moving and not grid.empty):
+        return
+    layers = list(dict.fromkeys([*norms.labels, *grid.labels, *frozen_names]))
+    ordered = layer_order(ctx.view, list(dict.fromkeys(frozen)))
+    steps = norms.steps if norms.steps.size else grid.steps
+    share = len(set(frozen)) / max(len(layers), 1)
+    res.add(make_finding(
+        "ZeroUpdate", DIM, ordered[0], steps, start, steps.size - 1, float(np.clip(0.5 + share, 0.5, 1.0)),
+        {"layers_frozen": len(set(frozen)), "layers_total": len(layers),
+         "has_gradient": 1.0 if ordered[0] in norms.labels else 0.0,
+         "in_optimizer": 1.0 if ordered[0] in grid.labels else 0.0},
+        f"gradient.zero_update.{metric or 'probe'}", start + ctx.persist("gradient.persist_steps", steps) - 1),
+        (steps, np.ones(steps.size)))
+
+
+def _update_ratio(ctx: Context, res: FamilyResult) -> None:
+    """The median per-layer update/weight ratio out of band: a sustained episode above the upper
+    bound, or most of the learning phase (after warm-up, before decay, the first part of the run) below
+    the lower bound."""
+    th, view = ctx.th, ctx.view
+    if not view.has("update_ratio"):
+        res.note("UpdateRatioTooHigh/UpdateRatioTooLow not judged: update_ratio not recorded")
+        return
+    res.judge("UpdateRatioTooHigh", "UpdateRatioTooLow")
+    grid = _layers(ctx, view.by_entity("update_ratio"))
+    if grid.empty:
+        return
+    v = grid.values.copy()
+    v[v <= th["gradient.zero_update.eps"]] = np.nan  # frozen layers are ZeroUpdate's business
+    if not np.isfinite(v).any():
+        return
+    med = ffill(np.nanmedian(v, axis=0))
+    upper = ffill(np.nanpercentile(v, 75, axis=0))  # "too low" must hold for most layers, not just dead ones
+    n, persist = med.size, ctx.persist("gradient.persist_steps", grid.steps)
+    sched = lr_schedule(ctx, grid.steps)
+    hi, lo = th["gradient.update_ratio.high"], th["gradient.update_ratio.low"]
+    high = med > hi
+    start = first_run(high, persist)
+    direction = 1.0
+    if start is None:
+        # too low while the model should still be learning: after any warm-up, in the first part of the run
+        # (a converging model's updates shrink by themselves) and before any scheduled decay
+        judge_from = max(int(n * th["gradient.judge_after_frac"]), sched.warmup_end)
+        end = min(sched.first_drop(n), max(judge_from + persist, int(n * th["gradient.update_ratio.low_window_frac"])))
+        low = upper < lo
+        med = upper
+        low[:judge_from] = False
+        low[end:] = False
+        start = first_run(low, persist)
+        span = max(end - judge_from, 1)
+        if start is None or low[judge_from:end].sum() / span < th["gradient.persist_frac"]:
+            return
+        direction, mask = -1.0, low
+    else:
+        mask = high
+    stop = int(np.flatnonzero(mask)[-1])
+    level = float(np.median(med[start: stop + 1]))
+    sev = severity(level, hi, hi * 100) if direction > 0 else severity(1 / level, 1 / lo, 100 / lo)
+    res.add(make_finding(
+        "UpdateRatioTooHigh" if direction > 0 else "UpdateRatioTooLow", DIM, "", grid.steps, start, stop, sev,
+        {"update_ratio_median": level, "direction": direction, "band_low": lo, "band_high": hi,
+         "steps_out_of_band": int(mask.sum())},
+        "gradient.update_ratio", start + persist - 1),
+        (grid.steps, np.log10(np.maximum(med, 1e-30))))
+
+
+def _router(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+    th, view = ctx.th, ctx.view
+    if not view.has("router_grad_norm"):
+        if view.has("expert_tokens"):
+            res.note("RouterGradVanishing not judged: router_grad_norm not recorded")
+        return
+    res.judge("RouterGradVanishing")
+    routers = view.by_entity("router_grad_norm")
+    ref = np.nanmedian(norms.values, axis=0) if not norms.empty else np.full(routers.steps.size, np.nan)
+    if not norms.empty and norms.steps.size != routers.steps.size:
+        ref = np.interp(routers.steps, norms.steps, ffill(ref))
+    floor, ratio_limit = th["gradient.router.floor"], th["gradient.router.ratio"]
+    persist = ctx.persist("gradient.persist_steps", routers.steps)
+    for i, name in enumerate(routers.labels):
+        r = ffill(routers.values[i])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(ref > 0, r / ref, np.nan)
+        mask = (r < floor) | (np.nan_to_num(rel, nan=np.inf) < ratio_limit)
+        start, length = longest_run(mask)
+        if length < persist:
+            continue
+        ep = slice(start, start + length)
+        rel_med = float(np.nanmedian(rel[ep])) if np.isfinite(rel[ep]).any() else float("nan")
+        sev = severity(ratio_limit / max(rel_med, 1e-30), 1.0, 1e3) if np.isfinite(rel_med) else 0.75
+        res.add(make_finding(
+            "RouterGradVanishing", DIM, str(name), routers.steps, start, start + length - 1, sev,
+            {"router_grad_norm": float(np.median(r[ep])), "relative_to_layers": rel_med,
+             "router_grad_norm_min": float(np.min(r)), "vanished_steps": length,
+             "router_grad_norm_after": float(np.median(r[start + length:])) if start + length < r.size else
+             float(np.median(r[ep]))},
+            "gradient.router", start + persist - 1),
+            (routers.steps, np.log10(np.maximum(r, 1e-30))))

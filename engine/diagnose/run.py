@@ -1,0 +1,126 @@
+"""Run the detector families over one run and collect findings, coverage and the correlation graph."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+
+from debugtune.engine.diagnose import communication, convergence, gradient, hardware
+from debugtune.engine.diagnose.base import Context, FamilyResult
+from debugtune.engine.diagnose.correlation import correlation_edges
+from debugtune.engine.diagnose.errors import DiagnoseError
+from debugtune.engine.diagnose.frame import TelemetryView
+from debugtune.engine.diagnose.thresholds import Thresholds
+from debugtune.engine.telemetry import TelemetryError, read_telemetry
+from debugtune.kg.records import DIMENSIONS, CorrelationEdge, Finding
+
+_COLUMNS = ("rank", "step", "dimension", "metric", "entity", "value")  # the run column is not needed
+
+FAMILIES: dict[str, Callable[[Context], FamilyResult]] = {
+    "gradient": gradient.detect, "convergence": convergence.detect,
+    "communication": communication.detect, "hardware": hardware.detect,
+}
+
+
+@dataclass
+class Diagnosis:
+    """Findings of one run, the correlation graph between them, and what was (not) diagnosed."""
+
+    run: str
+    meta: dict[str, Any]
+    findings: list[Finding]
+    edges: list[CorrelationEdge]
+    graph: nx.DiGraph
+    judged: set[str]
+    coverage: dict[str, str]
+    notes: list[str]
+    timing_s: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+
+    @property
+    def diagnosed(self) -> list[str]:
+        return [d for d, status in self.coverage.items() if status == "diagnosed"]
+
+
+def check_dimensions(dimensions: Iterable[str] | None) -> list[str]:
+    """The requested dimensions in canonical order (all when None); an unknown one is an error."""
+    if dimensions is None:
+        return list(DIMENSIONS)
+    wanted = list(dimensions)
+    unknown = [d for d in wanted if d not in DIMENSIONS]
+    if unknown:
+        raise DiagnoseError(f"unknown dimension {unknown[0]!r} (choose from {', '.join(DIMENSIONS)})")
+    return [d for d in DIMENSIONS if d in wanted] or list(DIMENSIONS)
+
+
+def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str] | None = None,
+                  timing: dict[str, float] | None = None) -> Diagnosis:
+    """Run the requested families over decoded telemetry; never guesses where data is missing."""
+    dims = check_dimensions(dimensions)
+    timing = {} if timing is None else timing
+    ctx = Context(view, th)
+    findings: list[Finding] = []
+    series: dict = {}
+    judged: set[str] = set()
+    coverage: dict[str, str] = {}
+    notes: list[str] = []
+    steps = 0
+    for dim in DIMENSIONS:
+        if dim not in dims:
+            coverage[dim] = "not requested"
+            continue
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            # all-NaN slices (a layer missing on some steps) give NaN, which the detectors handle
+            warnings.simplefilter("ignore", RuntimeWarning)
+            res = FAMILIES[dim](ctx)
+        timing[f"detect.{dim}"] = time.perf_counter() - t0
+        findings += res.findings
+        series.update(res.series)
+        judged |= res.judged
+        notes += res.notes
+        steps = max(steps, res.steps)
+        coverage[dim] = "diagnosed" if res.judged else "not diagnosed"
+    t0 = time.perf_counter()
+    edges, graph = correlation_edges(findings, series, th)
+    timing["correlation"] = time.perf_counter() - t0
+    findings.sort(key=lambda f: (f.onset_step, f.id))
+    return Diagnosis(view.run, view.meta, findings, edges, graph, judged, coverage, notes, timing, steps)
+
+
+def diagnose_run(run_dir: str | Path, th: Thresholds, dimensions: Iterable[str] | None = None,
+                 run_id: str | None = None) -> Diagnosis:
+    """Read a run directory's telemetry and diagnose it.
+
+    Raises :class:`DiagnoseError` when the folder cannot be read or when no requested dimension
+    could be diagnosed at all (the message says, per dimension, why).
+    """
+    dims = check_dimensions(dimensions)
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        tel = read_telemetry(run_dir, dimensions=dims, columns=_COLUMNS)
+    except TelemetryError as err:
+        raise DiagnoseError(f"nothing diagnosed: {err}") from None
+    timing["read"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    view = TelemetryView.from_table(tel.table, tel.meta, run=run_id or tel.run_id or Path(run_dir).name)
+    rows = tel.table.num_rows
+    del tel  # the decoded columns are all the detectors need
+    pa.default_memory_pool().release_unused()
+    timing["decode"] = time.perf_counter() - t0
+    if rows == 0:
+        raise DiagnoseError(f"nothing diagnosed in {run_dir}: the run has no telemetry rows for "
+                            f"{', '.join(dims)}")
+    result = diagnose_view(view, th, dims, timing)
+    if not result.diagnosed:
+        raise DiagnoseError(f"nothing diagnosed in {run_dir}: " + "; ".join(result.notes or ["no usable metrics"]))
+    return result

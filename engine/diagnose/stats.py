@@ -1,0 +1,190 @@
+"""Vectorised statistics the detectors share: robust z-scores, runs, trends, periods, outlier tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from scipy import ndimage
+
+MAD_TO_SIGMA = 1.4826
+"""Scale that makes the median absolute deviation a consistent estimator of sigma for normal data."""
+
+
+def ffill(x: np.ndarray) -> np.ndarray:
+    """Non-finite values replaced by the last finite value before them (the first finite one at the start)."""
+    x = np.asarray(x, dtype=np.float64)
+    ok = np.isfinite(x)
+    if ok.all() or not ok.any():
+        return x.copy()
+    idx = np.where(ok, np.arange(x.size), 0)
+    np.maximum.accumulate(idx, out=idx)
+    out = x[idx]
+    first = np.argmax(ok)
+    out[:first] = x[first]
+    return out
+
+
+def trailing_median(x: np.ndarray, window: int) -> np.ndarray:
+    """Median of the ``window`` values before each point (excluding it); the first point uses itself."""
+    window = max(1, min(int(window), x.size))
+    shifted = np.concatenate([x[:1], x[:-1]])
+    return ndimage.median_filter(shifted, size=window, mode="nearest", origin=(window - 1) // 2)
+
+
+def trailing_mad(x: np.ndarray, med: np.ndarray, window: int) -> np.ndarray:
+    """Median absolute deviation from ``med`` over the trailing window (excluding the point)."""
+    window = max(1, min(int(window), x.size))
+    dev = np.abs(x - med)
+    shifted = np.concatenate([dev[:1], dev[:-1]])
+    return ndimage.median_filter(shifted, size=window, mode="nearest", origin=(window - 1) // 2)
+
+
+def robust_z(x: np.ndarray, window: int, floor: float = 1e-12) -> np.ndarray:
+    """(x − trailing median) / (1.4826 · trailing MAD): how unusual each point is given what came before."""
+    med = trailing_median(x, window)
+    mad = trailing_mad(x, med, window)
+    scale = np.maximum(MAD_TO_SIGMA * mad, np.maximum(floor, 1e-3 * np.abs(med)))
+    return (x - med) / scale
+
+
+def smooth(x: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average (edges use the nearest value)."""
+    window = max(1, min(int(window), x.size))
+    return ndimage.uniform_filter1d(x.astype(np.float64), size=window, mode="nearest")
+
+
+def centred_median(x: np.ndarray, window: int) -> np.ndarray:
+    window = max(1, min(int(window), x.size))
+    return ndimage.median_filter(x.astype(np.float64), size=window, mode="nearest")
+
+
+def runs_start(mask: np.ndarray, min_len: int) -> np.ndarray:
+    """Indices i where mask[i : i + min_len] is all true."""
+    min_len = max(1, int(min_len))
+    if mask.size < min_len:
+        return np.zeros(0, dtype=np.int64)
+    c = np.concatenate([[0], np.cumsum(mask.astype(np.int64))])
+    return np.flatnonzero(c[min_len:] - c[:-min_len] == min_len)
+
+
+def first_run(mask: np.ndarray, min_len: int) -> int | None:
+    """First index from which ``mask`` stays true for ``min_len`` points, or None."""
+    starts = runs_start(mask, min_len)
+    return int(starts[0]) if starts.size else None
+
+
+def longest_run(mask: np.ndarray) -> tuple[int, int]:
+    """(start, length) of the longest run of true values; (0, 0) when none."""
+    if not mask.any():
+        return 0, 0
+    m = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    d = np.diff(m)
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    k = int(np.argmax(ends - starts))
+    return int(starts[k]), int(ends[k] - starts[k])
+
+
+def change_point(x: np.ndarray, z: float) -> int:
+    """Start of a single upward shift in the mean of ``x``: the split after the lowest point of the cumulative
+    deviation from the mean (CUSUM), kept when the shift is at least ``z`` standard errors; else 0."""
+    x = np.asarray(x, dtype=np.float64)
+    n = x.size
+    if n < 4 or not np.isfinite(x).all():
+        return 0
+    k = int(np.argmin(np.cumsum(x - x.mean())[:-1])) + 1
+    a, b = x[:k], x[k:]
+    if a.size < 2 or b.size < 2:
+        return 0
+    sd = np.sqrt((np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / (n - 2))
+    se = sd * np.sqrt(1.0 / a.size + 1.0 / b.size)
+    return k if b.mean() - a.mean() > z * max(se, 1e-12) else 0
+
+
+def acf(x: np.ndarray, max_lag: int) -> np.ndarray:
+    """Autocorrelation of ``x`` (mean removed) at lags 0..max_lag, computed with the FFT."""
+    x = np.asarray(x, dtype=np.float64) - np.mean(x)
+    n = x.size
+    size = 1 << int(np.ceil(np.log2(2 * n - 1)))
+    f = np.fft.rfft(x, size)
+    r = np.fft.irfft(f * np.conj(f), size)[: max_lag + 1]
+    return r / r[0] if r[0] > 0 else np.zeros(max_lag + 1)
+
+
+def dominant_period(resid: np.ndarray, min_period: int, max_period: int) -> tuple[int, float]:
+    """(period, autocorrelation at it): the highest local ACF peak with lag in [min_period, max_period]."""
+    max_period = min(int(max_period), resid.size // 2)
+    if max_period <= min_period:
+        return 0, 0.0
+    r = acf(resid, max_period + 1)
+    lags = np.arange(min_period, max_period + 1)
+    peak = (r[lags] >= r[lags - 1]) & (r[lags] >= r[lags + 1]) & (r[lags] > 0)
+    if not peak.any():
+        return 0, 0.0
+    cand = lags[peak]
+    best = int(cand[np.argmax(r[cand])])
+    return best, float(r[best])
+
+
+def sinusoid_amplitude(resid: np.ndarray, period: float) -> float:
+    """Amplitude of the component of ``resid`` at ``period`` (least-squares sine/cosine fit)."""
+    t = np.arange(resid.size)
+    w = 2 * np.pi / period
+    c, s = np.cos(w * t), np.sin(w * t)
+    a = np.linalg.lstsq(np.column_stack([c, s, np.ones_like(c)]), resid, rcond=None)[0]
+    return float(np.hypot(a[0], a[1]))
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rank correlation (0 when either side is constant)."""
+    if x.size < 3:
+        return 0.0
+    rx = np.argsort(np.argsort(x)).astype(np.float64)
+    ry = np.argsort(np.argsort(y)).astype(np.float64)
+    sx, sy = rx.std(), ry.std()
+    if sx == 0 or sy == 0:
+        return 0.0
+    return float(np.mean((rx - rx.mean()) * (ry - ry.mean())) / (sx * sy))
+
+
+def dixon_low(mat: np.ndarray, critical: Mapping[int, float]) -> np.ndarray:
+    """Per column of ``mat`` (ranks × instances): index of the low outlier by Dixon's test, or −1.
+
+    Ratio variants as msprof-analyze's slow_rank recipe: r10 for n ≤ 7, r11 for n ≤ 10, r21 for
+    n ≤ 13, r22 above; the critical value for n comes from ``critical``. Columns with ≤ 3 distinct
+    values are not judged.
+    """
+    n = mat.shape[0]
+    out = np.full(mat.shape[1], -1, dtype=np.int64)
+    if n < 3 or n not in critical or mat.shape[1] == 0:
+        return out
+    order = np.argsort(mat, axis=0, kind="stable")
+    s = np.take_along_axis(mat, order, axis=0)
+    lo2, hi = (1, n - 1) if n <= 7 else (1, n - 2) if n <= 10 else (2, n - 2) if n <= 13 else (2, n - 3)
+    den = s[hi] - s[0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(den > 0, (s[lo2] - s[0]) / den, 0.0)
+    distinct = 1 + np.count_nonzero(np.diff(s, axis=0) > 0, axis=0)
+    hit = (ratio > critical[n]) & (distinct > 3)
+    out[hit] = order[0, hit]
+    return out
+
+
+def sigma_low(mat: np.ndarray, k: float) -> np.ndarray:
+    """Per column: the lowest rank when it lies below mean − k·σ, or when some rank exceeds mean + k·σ."""
+    mean, std = mat.mean(axis=0), mat.std(axis=0)
+    lo, hi = mat.min(axis=0), mat.max(axis=0)
+    hit = (std > 0) & ((lo < mean - k * std) | (hi > mean + k * std))
+    out = np.full(mat.shape[1], -1, dtype=np.int64)
+    out[hit] = np.argmin(mat, axis=0)[hit]
+    return out
+
+
+def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block means so that at most ``max_points`` remain."""
+    n = values.size
+    if n <= max_points:
+        return steps, values
+    k = int(np.ceil(n / max_points))
+    m = (n // k) * k
+    return steps[:m:k], values[:m].reshape(-1, k).mean(axis=1)

@@ -1,0 +1,121 @@
+"""Inference for one run: assert the findings, run the SPARQL rules to a fixpoint, score every
+candidate cause they yield, and assert the ranked hypotheses back (``prov:wasDerivedFrom``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from debugtune.engine.diagnose.run import Diagnosis
+from debugtune.engine.diagnose.thresholds import Thresholds
+from debugtune.engine.infer.causal import (
+    UNKNOWN,
+    CauseScore,
+    evidence,
+    posterior,
+    priors,
+    score_cause,
+    unknown_score,
+)
+from debugtune.engine.infer.explain import explanation
+from debugtune.engine.infer.model import CausalModel, load_model
+from debugtune.engine.infer.report import Candidate, DiagnosisReport
+from debugtune.kg.assertions import replace_diagnosis
+from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base, run_id_of_graph
+from debugtune.kg.records import CorrelationEdge, Finding, Hypothesis
+from debugtune.kg.rules import run_rules
+from debugtune.kg.sparql import iri, literal
+from debugtune.kg.store import Store
+
+
+@dataclass
+class Ranking:
+    """Every candidate's score and confidence, and the hypotheses that pass the reporting rules."""
+
+    scores: list[CauseScore]
+    confidences: dict[str, float]
+    hypotheses: list[Hypothesis]
+    candidates: list[Candidate]
+
+
+def candidate_causes(store: Store, run_id: str) -> list[str]:
+    """Causes the rules derived for the run (``dt:candidateCause`` in the inferred graph)."""
+    rows = store.query(f"""SELECT DISTINCT ?c WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{
+        {iri(run_base(run_id))} dt:candidateCause ?c }} }}""").column("c")
+    return sorted(c[len(KB):] for c in rows if isinstance(c, str) and c.startswith(KB))
+
+
+def rule_scope(store: Store, run_id: str) -> list[str]:
+    """The graphs the rules read for one run: everything but the other runs' graphs (their findings are
+    not this run's evidence, and skipping them keeps a shared store's inference time flat)."""
+    return [g for g in store.graphs() if run_id_of_graph(g) in (None, run_id)]
+
+
+def _forget_inferred(store: Store, run_id: str) -> None:
+    """Drop what the rules inferred about an earlier diagnosis of this run (one update)."""
+    base = literal(run_base(run_id))
+    store.update(f"""DELETE {{ GRAPH {iri(GRAPH_INFERRED)} {{ ?s ?p ?o }} }}
+        WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{ ?s ?p ?o FILTER(STRSTARTS(STR(?s), {base})) }} }}""")
+
+
+def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -> bool:
+    """Whether the run could show what ``cause`` produces: its judged direct effects carry at least ``share`` of
+    its direct link strength. A mixture-of-experts cause cannot be told apart in a dense model whose telemetry
+    has no experts, nor a straggler in a single-process run: nothing argues for it, and nothing could argue
+    against it."""
+    links = model.children.get(cause, ())
+    total = sum(link.strength for link in links)
+    return total > 0 and sum(link.strength for link in links if link.target in judged) >= share * total
+
+
+def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
+         edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None) -> Ranking:
+    """Score the candidates against the findings; build the hypotheses the knowledge base lets us report."""
+    judged = set(judged)
+    ev = evidence(findings, judged, th["infer.evidence_floor"])
+    pri = priors(model, th)
+    steps = steps if steps is not None else max((f.end_step + 1 for f in findings), default=0)
+    scores = [score_cause(model, c, ev, edges, th, pri.get(c, min(pri.values(), default=1e-6)), steps)
+              for c in candidates if c in model.causes and applicable(model, c, judged, th["infer.applicable_share"])]
+    conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
+    order = sorted(scores, key=lambda s: -conf[s.cause])
+    cands = [Candidate(s.cause, conf[s.cause], s.log_score) for s in order]
+    cands.append(Candidate(UNKNOWN, conf[UNKNOWN], unknown_score(ev, th)))
+    cands.sort(key=lambda c: -c.confidence)
+    hyps: list[Hypothesis] = []
+    if order and conf[order[0].cause] >= th["infer.report_threshold"]:
+        for s in order[: th.int("infer.max_hypotheses")]:
+            c = conf[s.cause]
+            if hyps and c < th["infer.list_threshold"]:
+                break
+            hyps.append(Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings),
+                                   explanation(model, s, c, ev), rank=len(hyps) + 1))
+    return Ranking(order, conf, hyps, cands)
+
+
+def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | None = None,
+          model: CausalModel | None = None) -> DiagnosisReport:
+    """Assert the diagnosis, run the rules, rank the candidates and assert the hypotheses."""
+    timing = dict(diagnosis.timing_s)
+    t0 = time.perf_counter()
+    meta = {"run_dir": run_dir, "world_size": diagnosis.meta.get("world_size"), "steps": diagnosis.steps,
+            "label": diagnosis.meta.get("label") or diagnosis.meta.get("program")}
+    run_id = diagnosis.run
+    replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges)
+    _forget_inferred(store, run_id)
+    run_rules(store, graphs=rule_scope(store, run_id))
+    candidates = candidate_causes(store, run_id)
+    timing["infer.rules"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    model = model or load_model(store)
+    ranking = rank(model, candidates, diagnosis.findings, diagnosis.judged, diagnosis.edges, th, diagnosis.steps)
+    timing["infer.score"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)
+    timing["infer.assert"] = time.perf_counter() - t0
+    return DiagnosisReport(
+        run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
+        candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
+        timing_s=timing, run_dir=run_dir, steps=diagnosis.steps, report_threshold=th["infer.report_threshold"],
+        stored_in=getattr(store, "target", None))

@@ -1,0 +1,176 @@
+"""One paragraph per hypothesis: the findings of its chain in onset order, each with its numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from debugtune.engine.infer.causal import CauseScore, SymptomEvidence
+from debugtune.engine.infer.model import CausalModel
+from debugtune.kg.records import Finding
+
+
+def _g(ev: Mapping[str, float], key: str, default: float = float("nan")) -> float:
+    return float(ev.get(key, default))
+
+
+def _where(f: Finding) -> str:
+    return f" in {f.entity}" if f.entity else ""
+
+
+def _expert(f: Finding) -> str:
+    e = f.evidence
+    share = f" received {_g(e, 'token_share'):.0%} of tokens" if "token_share" in e else " took most tokens"
+    return (f"expert {int(_g(e, 'expert', 0))}{share} from step {f.onset_step} to {f.end_step} (CV {_g(e, 'cv'):.2f}, "
+            f"MaxVio {_g(e, 'maxvio'):.2f}, normalised entropy {_g(e, 'entropy'):.2f})")
+
+
+def _router(f: Finding) -> str:
+    e = f.evidence
+    rel = f", {_g(e, 'relative_to_layers'):.1e} of the layers' median" if "relative_to_layers" in e else ""
+    return f"the router gradient{_where(f)} fell to {_g(e, 'router_grad_norm'):.1e}{rel} at step {f.onset_step}"
+
+
+def _oscillation(f: Finding) -> str:
+    e = f.evidence
+    if "period_steps" in e:
+        return (f"the loss oscillates with period {_g(e, 'period_steps'):.0f} steps, amplitude "
+                f"±{_g(e, 'amplitude'):.2f} ({_g(e, 'relative_amplitude'):.0%} of its level) from step {f.onset_step}")
+    return (f"the loss bounces by ±{_g(e, 'amplitude'):.2f} ({_g(e, 'relative_amplitude'):.0%} of its level) "
+            f"without a clean period from step {f.onset_step}")
+
+
+def _spike(f: Finding) -> str:
+    e = f.evidence
+    n = int(_g(e, "spikes", 1))
+    rec = _g(e, "recovery_steps")
+    tail = f", recovering in {rec:.0f} steps" if rec == rec else ", without recovering"
+    return (f"{n} loss spike{'s' if n > 1 else ''} from step {f.onset_step}, the largest "
+            f"{_g(e, 'max_robust_z'):.0f}σ above the trailing median at step {int(_g(e, 'peak_step', f.onset_step))}"
+            f" ({_g(e, 'baseline_loss'):.3g} → {_g(e, 'peak_loss'):.3g}){tail}")
+
+
+def _explosion(f: Finding) -> str:
+    e = f.evidence
+    if _g(e, "rule", 1.0) == 3.0:
+        return (f"the gradients were {_g(e, 'peak_ratio'):.1f}× the weights' norm from the first step "
+                f"(layer median), the scale at which one update rewrites the initialisation")
+    if _g(e, "rule", 1.0) == 2.0:
+        return (f"the first layer's gradient ({f.entity}) reached {_g(e, 'peak_ratio'):.0f}× the last layer's "
+                f"from step {f.onset_step}")
+    return (f"the gradient norm reached {_g(e, 'peak_ratio'):.0f}× its early maximum ({_g(e, 'grad_norm_peak'):.3g}) "
+            f"from step {f.onset_step}")
+
+
+def _dead(f: Finding) -> str:
+    e = f.evidence
+    key = "act_zero_frac" if "act_zero_frac" in e else "grad_zero_frac"
+    what = "activations" if key == "act_zero_frac" else "gradient entries"
+    return (f"{_g(e, key):.0%} of {f.entity}'s {what} were zero from step {f.onset_step} "
+            f"({int(_g(e, 'layers_affected', 1))} layer(s) above {_g(e, 'threshold'):.0%})")
+
+
+def _update_ratio(f: Finding) -> str:
+    e = f.evidence
+    side = "above" if _g(e, "direction", 1) > 0 else "below"
+    return (f"the update/weight ratio was {_g(e, 'update_ratio_median'):.1e}, {side} the band "
+            f"[{_g(e, 'band_low'):.0e}, {_g(e, 'band_high'):.0e}] from step {f.onset_step}")
+
+
+PHRASES: dict[str, Callable[[Finding], str]] = {
+    "ExpertImbalance": _expert,
+    "RouterGradVanishing": _router,
+    "LossOscillation": _oscillation,
+    "LossSpike": _spike,
+    "GradientExplosion": _explosion,
+    "DeadUnits": _dead,
+    "UpdateRatioAbnormal": _update_ratio,
+    "UpdateRatioTooHigh": _update_ratio,
+    "UpdateRatioTooLow": _update_ratio,
+    "LossDivergence": lambda f: (f"the loss diverged from step {f.onset_step}, rising "
+                                 f"{_g(f.evidence, 'relative_rise'):.0%} above its best "
+                                 f"({_g(f.evidence, 'loss_min'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"),
+    "LossPlateau": lambda f: (f"the loss improved only {_g(f.evidence, 'relative_improvement'):.1%} over the run "
+                              f"({_g(f.evidence, 'loss_start'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"
+                              + (f" at learning rate {_g(f.evidence, 'lr_median'):.1e}" if "lr_median" in f.evidence
+                                 else "")),
+    "NaNOrInf": lambda f: f"NaN/Inf values first appeared at step {f.onset_step}{_where(f)}",
+    "UnderconfidentOutputs": lambda f: (f"the loss stayed at {_g(f.evidence, 'loss_end'):.3g} from step {f.onset_step} "
+                                        f"while the accuracy reached {_g(f.evidence, 'accuracy_end'):.0%}, "
+                                        f"{_g(f.evidence, 'excess_nats'):.2f} nats above the "
+                                        f"{_g(f.evidence, 'calibrated_loss_bound'):.3g} of a calibrated model"),
+    "GradientVanishing": lambda f: (f"every layer's gradient norm was {_g(f.evidence, 'last_layer_norm'):.1e} or less "
+                                    f"from step {f.onset_step} while the loss had not converged"
+                                    if _g(f.evidence, "all_layers", 0) else
+                                    f"the first layer's gradient ({f.entity}) was "
+                                    f"{_g(f.evidence, 'first_last_ratio'):.1e} of the last layer's from step "
+                                    f"{f.onset_step}"),
+    "GradNormSawtooth": lambda f: (f"the gradient norm climbed and reset every {int(_g(f.evidence, 'period_steps'))} "
+                                   f"steps (rising on {_g(f.evidence, 'rising_share'):.0%} of the steps, "
+                                   f"{_g(f.evidence, 'peak_to_trough'):.1f}× peak to trough)"),
+    "GradNormDrift": lambda f: (f"the gradient norm grew {_g(f.evidence, 'growth'):.0f}× over the run "
+                                f"({_g(f.evidence, 'grad_norm_start'):.3g} → {_g(f.evidence, 'grad_norm_end'):.3g})"),
+    "ActivationSaturation": lambda f: (f"{_g(f.evidence, 'act_sat_frac'):.0%} of {f.entity}'s activations were "
+                                       f"saturated from step {f.onset_step}"),
+    "ZeroUpdate": lambda f: (f"{int(_g(f.evidence, 'layers_frozen'))} of {int(_g(f.evidence, 'layers_total'))} layers "
+                             f"(first {f.entity}) never changed"
+                             + ("" if _g(f.evidence, "has_gradient", 0) else ", and received no gradient")),
+    "Overfitting": lambda f: (f"validation loss rose {_g(f.evidence, 'relative_rise'):.0%} above its minimum "
+                              f"{_g(f.evidence, 'eval_loss_min'):.3g} from step {f.onset_step} while the training loss "
+                              f"kept falling"),
+    "DeadExperts": lambda f: (f"{int(_g(f.evidence, 'dead_experts'))} of {int(_g(f.evidence, 'experts'))} experts got "
+                              f"almost no tokens from step {f.onset_step}"),
+    "TokenDropping": lambda f: (f"{_g(f.evidence, 'drop_fraction'):.1%} of token assignments were dropped from step "
+                                f"{f.onset_step}"),
+    "SlowRank": lambda f: (f"rank {int(_g(f.evidence, 'rank'))} was slow from step {f.onset_step} (spread "
+                           f"{_g(f.evidence, 'spread'):.0%} across {int(_g(f.evidence, 'ranks'))} ranks, "
+                           f"+{_g(f.evidence, 'excess_ms'):.1f} ms per step, outlier in "
+                           f"{_g(f.evidence, 'vote_fraction'):.0%} of collectives)"),
+    "DataLoaderWait": lambda f: (f"the data loader{' of ' + f.entity if f.entity else ''} waited "
+                                 f"{_g(f.evidence, 'wait_ms'):.1f} ms per step from step {f.onset_step}"
+                                 + (f" ({_g(f.evidence, 'share_of_step'):.0%} of the step)"
+                                    if "share_of_step" in f.evidence else "")),
+    "StepTimeRegression": lambda f: (f"step time rose {_g(f.evidence, 'relative_rise'):.0%} "
+                                     f"({_g(f.evidence, 'step_time_ms_before'):.1f} → "
+                                     f"{_g(f.evidence, 'step_time_ms_after'):.1f} ms) from step {f.onset_step}"),
+    "HighCommunicationShare": lambda f: (f"communication took {_g(f.evidence, 'share'):.0%} of the step time from "
+                                         f"step {f.onset_step}"),
+    "SlowLink": lambda f: (f"link {f.entity} ran at {_g(f.evidence, 'bandwidth_gbps'):.1f} GB/s, "
+                           f"{_g(f.evidence, 'ratio_to_average'):.0%} of the average"),
+    "LowBandwidthUtilization": lambda f: (f"{f.entity} used {_g(f.evidence, 'utilisation'):.0%} of the "
+                                          f"{_g(f.evidence, 'peak_gbps'):.0f} GB/s link peak"),
+    "AllToAllImbalance": lambda f: (f"all-to-all bytes were {_g(f.evidence, 'size_imbalance'):.1f}× the mean on rank "
+                                    f"{int(_g(f.evidence, 'heavy_rank'))} from step {f.onset_step}"),
+    "LowAcceleratorUtilization": lambda f: f"{f.entity} was {_g(f.evidence, 'util_pct'):.0f}% utilised",
+    "MemoryPressure": lambda f: f"{f.entity} memory was {_g(f.evidence, 'used_fraction'):.0%} full",
+    "ThermalThrottling": lambda f: f"{f.entity} was throttled from step {f.onset_step}",
+}
+
+
+def phrase(f: Finding) -> str:
+    """One clause describing a finding with its numbers."""
+    fn = PHRASES.get(f.symptom)
+    if fn is not None:
+        try:
+            return fn(f)
+        except (ValueError, TypeError):
+            pass
+    return f"{f.symptom}{_where(f)} from step {f.onset_step} (severity {f.severity:.2f})"
+
+
+def explanation(model: CausalModel, score: CauseScore, confidence: float,
+                ev: Mapping[str, SymptomEvidence]) -> str:
+    """The paragraph: cause, confidence, the chain's findings in onset order, and what argues against."""
+    findings = [f for sym in score.explained for f in ev[sym].findings]  # chain order
+    parts = [phrase(f) for f in findings]
+    body = "; ".join(parts) if parts else "no finding is directly explained"
+    label = model.label(score.cause)
+    text = f"{label[:1].upper() + label[1:]} (confidence {confidence:.2f}): {body[0].upper() + body[1:]}."
+    if score.timing_violations:
+        text += (" Some of its effects began later than this cause explains well." if model.from_start and
+                 score.cause in model.from_start else " Its effects began too early for an event during the run.")
+    if score.precedence_violations:
+        text += f" {score.precedence_violations} step(s) of the chain start before their antecedent."
+    if score.missing:
+        names = ", ".join(model.label(s) for s, _ in sorted(score.missing, key=lambda m: -m[1])[:3])
+        text += f" Expected but not seen: {names}."
+    return text

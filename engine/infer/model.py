@@ -1,0 +1,129 @@
+"""The causal knowledge the engine scores with, read from the store: causes, symptoms, causal links
+(strength = P(effect | antecedent), typical lag) and confirmed-case counts per cause."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+from debugtune.kg.namespaces import KB
+from debugtune.kg.store import Store
+
+
+@dataclass(frozen=True)
+class Link:
+    """A causal link ``source → target`` (local names) with its strength, typical lag in steps, and the
+    earliest step of the run at which the effect can begin (``dt:minLagSteps``)."""
+
+    source: str
+    target: str
+    strength: float
+    lag: int | None = None
+    min_lag: int = 0
+
+
+@dataclass
+class CausalModel:
+    """Causes (local name → label), symptoms (local name → dimension keyword), links and case counts."""
+
+    causes: dict[str, str]
+    symptoms: dict[str, str]
+    links: list[Link]
+    case_counts: dict[str, int]
+    labels: dict[str, str] = field(default_factory=dict)
+    from_start: frozenset[str] = frozenset()
+    profiles: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.children: dict[str, list[Link]] = defaultdict(list)
+        self.parents: dict[str, list[Link]] = defaultdict(list)
+        for link in self.links:
+            self.children[link.source].append(link)
+            self.parents[link.target].append(link)
+
+    def label(self, name: str) -> str:
+        return self.labels.get(name) or self.causes.get(name) or name
+
+
+def _local(iri: str) -> str | None:
+    return iri[len(KB):] if isinstance(iri, str) and iri.startswith(KB) else None
+
+
+def load_model(store: Store) -> CausalModel:
+    """Read the causal model from every graph of ``store`` (knowledge base and imported packages).
+
+    Two links between the same pair combine to the stronger one. Calibration profiles
+    (``dt:CalibrationProfile``, cases/links-calibrated.ttl) are read per cause.
+    """
+    best: dict[tuple[str, str], Link] = {}
+    for r in store.query("""
+            SELECT ?from ?to ?s ?lag WHERE {
+              ?l a dt:CausalLink ; dt:from ?from ; dt:to ?to ; dt:strength ?s .
+              OPTIONAL { ?l dt:typicalLagSteps ?lag } }""").dicts():
+        a, b = _local(r["from"]), _local(r["to"])
+        if a is None or b is None or not isinstance(r["s"], int | float):
+            continue
+        link = Link(a, b, min(max(float(r["s"]), 0.0), 1.0), None if r["lag"] is None else int(r["lag"]))
+        if (a, b) not in best or link.strength > best[(a, b)].strength:
+            best[(a, b)] = link
+    for r in store.query("""
+            SELECT ?from ?to (MAX(?m) AS ?min) WHERE {
+              ?l dt:from ?from ; dt:to ?to ; dt:minLagSteps ?m } GROUP BY ?from ?to""").dicts():
+        pair = (_local(r["from"]), _local(r["to"]))
+        if pair in best and isinstance(r["min"], int | float):
+            best[pair] = replace(best[pair], min_lag=int(r["min"]))
+    _inherit_broader(store, best)
+    labels: dict[str, str] = {}
+    causes: dict[str, str] = {}
+    for r in store.query("""
+            SELECT ?c (SAMPLE(?l) AS ?label) WHERE { ?c a dt:Cause . OPTIONAL { ?c skos:prefLabel ?l } }
+            GROUP BY ?c""").dicts():
+        if (name := _local(r["c"])) is not None:
+            causes[name] = str(r["label"] or name)
+    symptoms: dict[str, str] = {}
+    for r in store.query("""
+            SELECT ?s (SAMPLE(?kw) AS ?dim) (SAMPLE(?l) AS ?label) WHERE {
+              ?s a dt:Symptom . OPTIONAL { ?s dt:inDimension/dt:keyword ?kw } OPTIONAL { ?s skos:prefLabel ?l } }
+            GROUP BY ?s""").dicts():
+        if (name := _local(r["s"])) is not None:
+            symptoms[name] = str(r["dim"] or "")
+            labels[name] = str(r["label"] or name)
+    counts: dict[str, int] = {}
+    for r in store.query("""
+            SELECT ?c (COUNT(DISTINCT ?case) AS ?n) WHERE { ?case a dt:Case ; dt:confirmedCause ?c }
+            GROUP BY ?c""").dicts():
+        if (name := _local(r["c"])) is not None:
+            counts[name] = int(r["n"])
+    from_start = frozenset(
+        name for c in store.query("SELECT DISTINCT ?c WHERE { ?c a dt:Cause ; dt:presentFromStart true }").column("c")
+        if (name := _local(c)) is not None)
+    profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
+    for r in store.query("""
+            SELECT ?p ?c ?s ?v WHERE { ?p a dt:CalibrationProfile ; dt:profileOf ?c ; dt:symptomRate ?r .
+                                       ?r dt:symptom ?s ; dt:value ?v }""").dicts():
+        c, sym = _local(r["c"]), _local(r["s"])
+        if c is not None and sym is not None and isinstance(r["v"], int | float):
+            profiles[c].setdefault(r["p"], {})[sym] = min(max(float(r["v"]), 0.0), 1.0)
+    return CausalModel(causes, symptoms, list(best.values()), counts, labels, from_start,
+                       {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()})
+
+
+def _inherit_broader(store: Store, best: dict[tuple[str, str], Link]) -> None:
+    """A broader symptom with narrower ones (``skos:broader``: UpdateRatioAbnormal over UpdateRatioTooHigh and
+    UpdateRatioTooLow) is reported through them only, so a link to it becomes links to each narrower one that
+    has none of its own, its strength shared equally (which one a cause shows is for the calibration profiles
+    to say), and the narrower ones lead where the broader one leads."""
+    narrower: dict[str, list[str]] = defaultdict(list)
+    for r in store.query("SELECT ?n ?b WHERE { ?n a dt:Symptom ; skos:broader ?b . ?b a dt:Symptom }").dicts():
+        narrow, broad = _local(r["n"]), _local(r["b"])
+        if narrow is not None and broad is not None:
+            narrower[broad].append(narrow)
+    for broad, names in narrower.items():
+        for (a, b), link in list(best.items()):
+            if b == broad:
+                del best[(a, b)]
+                for narrow in names:
+                    best.setdefault((a, narrow), replace(link, target=narrow, strength=link.strength / len(names)))
+            elif a == broad:
+                for narrow in names:
+                    best.setdefault((narrow, b), replace(link, source=narrow))

@@ -1,0 +1,259 @@
+"""Each detector fires on its pattern (with the numbers in its evidence) and stays quiet on a healthy run.
+
+Telemetry is synthetic but shaped like the probe's and written with the real writer, then read back
+and diagnosed through `diagnose_run` (the same path as `cann-debug diagnose`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from debugtune.engine.diagnose import diagnose_run
+from debugtune.engine.telemetry import TelemetryWriter
+from tests.diagnose_helpers import (
+    finding,
+    healthy_gradients,
+    healthy_loss,
+    replace_row,
+    run_and_diagnose,
+    symptoms,
+    thresholds,
+    write_run,
+)
+
+N = 300
+
+
+@pytest.fixture(scope="module")
+def th():
+    return thresholds()
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def classifier_rows(rng, n=N, loss=None):
+    rows = healthy_gradients(n, rng)
+    rows.append(("convergence", "loss", "", healthy_loss(n, rng) if loss is None else loss))
+    rows.append(("convergence", "lr", "", np.full(n, 0.02)))
+    return rows
+
+
+def test_healthy_run_has_no_findings(tmp_path, th, rng):
+    d = run_and_diagnose(tmp_path, th, {0: classifier_rows(rng)})
+    assert d.findings == []
+    assert {"LossSpike", "LossOscillation", "DeadUnits", "GradientExplosion", "ZeroUpdate"} <= d.judged
+    assert d.coverage["gradient"] == d.coverage["convergence"] == "diagnosed"
+    assert any("communication flow not diagnosed" in n for n in d.notes)
+
+
+def test_loss_oscillation_reports_period_and_amplitude(tmp_path, th, rng):
+    t = np.arange(N)
+    loss = healthy_loss(N, rng) + 0.35 * np.sin(2 * np.pi * t / 24)
+    f = finding(run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, loss=loss)}), "LossOscillation")
+    assert f.evidence["period_steps"] == pytest.approx(24, abs=1)
+    assert f.evidence["amplitude"] == pytest.approx(0.35, abs=0.06)
+    assert f.detector == "convergence.oscillation.acf"
+
+
+def test_loss_spike_and_megatron_factor(tmp_path, th, rng):
+    loss = healthy_loss(N, rng)
+    loss[150] = 12 * loss[:30].max()  # ≥ 10 × the early maximum (Megatron)
+    f = finding(run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, loss=loss)}), "LossSpike")
+    assert f.onset_step == 150 and f.evidence["spikes"] == 1
+    assert f.evidence["early_max_ratio"] >= 10
+    assert f.detection_step == 150
+
+
+def test_warmup_and_scheduled_lr_drop_are_not_findings(tmp_path, th, rng):
+    lr = np.full(N, 0.04)
+    lr[:60] = np.linspace(0.002, 0.04, 60)
+    lr[150:] = 0.004
+    loss = healthy_loss(N, rng)
+    loss[:60] += np.linspace(0.6, 0, 60) * rng.random(60)  # the warm-up transient
+    loss[150:] -= 0.05  # the drop after the LR step
+    rows = replace_row(classifier_rows(rng, loss=loss), "lr", "", lambda v: lr)
+    assert run_and_diagnose(tmp_path, th, {0: rows}).findings == []
+
+
+def test_divergence_plateau_slow_convergence(tmp_path, th, rng):
+    t = np.arange(N)
+    rising = 1.0 + np.where(t > 100, (t - 100) * 0.02, 0) + 0.01 * rng.random(N)
+    assert "LossDivergence" in symptoms(run_and_diagnose(tmp_path / "a", th, {0: classifier_rows(rng, loss=rising)}))
+    flat = 2.30 + 0.01 * rng.standard_normal(N)
+    d = run_and_diagnose(tmp_path / "b", th, {0: classifier_rows(rng, loss=flat)})
+    assert "LossPlateau" in symptoms(d) and "SlowConvergence" not in symptoms(d)
+    slow = 2.3 - 0.002 * t + 0.01 * rng.standard_normal(N)  # still falling steadily at the end
+    f = finding(run_and_diagnose(tmp_path / "c", th, {0: classifier_rows(rng, loss=slow)}), "SlowConvergence")
+    assert f.evidence["late_share"] > 0.4
+
+
+def test_overfitting_needs_train_loss_falling(tmp_path, th, rng):
+    rows = classifier_rows(rng)
+    steps = np.arange(0, N, 10)
+    ev = 1.3 + np.where(steps > 100, (steps - 100) * 0.004, 0)  # validation loss turns up at step 100
+    run_dir = write_run(tmp_path / "run", {0: rows})
+    with TelemetryWriter(run_dir, "t", rank=0) as w:
+        w.add_columns(steps, "convergence", "eval_loss", "", ev)
+    f = finding(diagnose_run(run_dir, th), "Overfitting")
+    assert f.onset_step <= 110 and f.evidence["relative_rise"] > 0.5
+
+
+def test_nan_gradients_located_in_the_first_layer(tmp_path, th, rng):
+    rows = classifier_rows(rng)
+    rows = replace_row(rows, "grad_norm", "body.2", lambda v: np.where(np.arange(N) >= 200, np.nan, v))
+    rows.append(("gradient", "grad_nan", "body.2", np.where(np.arange(N) >= 200, 5.0, 0.0)))
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "NaNOrInf")
+    assert f.onset_step == 200 and f.entity == "body.2"
+
+
+def test_gradient_explosion_first_last_ratio_and_vanishing(tmp_path, th, rng):
+    rows = replace_row(classifier_rows(rng), "grad_norm", "body.0", lambda v: v * 500)
+    f = finding(run_and_diagnose(tmp_path / "a", th, {0: rows}), "GradientExplosion")
+    assert f.entity == "body.0" and f.evidence["peak_ratio"] > 70
+    rows = replace_row(classifier_rows(rng), "grad_norm", "body.0", lambda v: v * 1e-5)
+    f = finding(run_and_diagnose(tmp_path / "b", th, {0: rows}), "GradientVanishing")
+    assert f.evidence["first_last_ratio"] < 1e-3
+
+
+def test_grad_norm_drift_when_gradients_accumulate(tmp_path, th, rng):
+    rows = classifier_rows(rng)
+    rows.append(("gradient", "grad_norm", "", 0.5 * (1 + np.arange(N)) * (1 + 0.05 * rng.random(N))))
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "GradNormDrift")
+    assert f.evidence["growth"] > 50
+
+
+def test_dead_units_versus_normal_relu_sparsity(tmp_path, th, rng):
+    sparse = replace_row(classifier_rows(rng), "act_zero_frac", "body.3", lambda v: v * 0 + 0.6)
+    assert "DeadUnits" not in symptoms(run_and_diagnose(tmp_path / "a", th, {0: sparse}))
+    dead = replace_row(classifier_rows(rng), "act_zero_frac", "body.3",
+                       lambda v: np.minimum(0.5 + np.arange(N) / 100, 0.99))
+    f = finding(run_and_diagnose(tmp_path / "b", th, {0: dead}), "DeadUnits")
+    assert f.entity == "body.3" and f.evidence["act_zero_frac"] > 0.95
+
+
+def test_activation_saturation(tmp_path, th, rng):
+    rows = classifier_rows(rng) + [("gradient", "act_sat_frac", "body.1", 0.7 + 0.05 * rng.random(N))]
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "ActivationSaturation")
+    assert f.entity == "body.1"
+
+
+def test_zero_update_for_layers_outside_the_optimizer(tmp_path, th, rng):
+    rows = [r for r in classifier_rows(rng) if not (r[1] in ("update_ratio", "update_norm") and r[2] == "body.0")]
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "ZeroUpdate")
+    assert f.entity == "body.0" and f.evidence["in_optimizer"] == 0 and f.evidence["has_gradient"] == 1
+
+
+def test_update_ratio_out_of_band(tmp_path, th, rng):
+    rows = replace_row(classifier_rows(rng), "update_ratio", "body.0", lambda v: v * 0 + 1e-5)
+    rows = replace_row(rows, "update_ratio", "body.2", lambda v: v * 0 + 1e-5)
+    rows = replace_row(rows, "update_ratio", "head", lambda v: v * 0 + 3e-5)
+    f = finding(run_and_diagnose(tmp_path / "low", th, {0: rows}), "UpdateRatioTooLow")
+    assert f.evidence["direction"] == -1
+    rows = [(d, m, e, v * 80 if m == "update_ratio" else v) for d, m, e, v in classifier_rows(rng)]
+    f = finding(run_and_diagnose(tmp_path / "high", th, {0: rows}), "UpdateRatioTooHigh")
+    assert f.evidence["direction"] == 1
+
+
+def moe_rows(rng, n=N, hot_share=None, router_scale=1.0, dropped=0.0):
+    rows = healthy_gradients(n, rng, layers=("embed", "blocks.0.attn", "head"))
+    rows.append(("convergence", "loss", "", healthy_loss(n, rng, start=3.4, floor=0.9)))
+    e = 8
+    base = rng.multinomial(512, np.full(e, 1 / e), size=n).astype(float)
+    if hot_share is not None:
+        hot = rng.binomial(512, hot_share, size=n).astype(float)
+        rest = rng.multinomial(1, np.full(e - 1, 1 / (e - 1)), size=(n,)) * 0 + (512 - hot)[:, None] / (e - 1)
+        base = np.column_stack([hot, rest])
+    for i in range(e):
+        rows.append(("convergence", "expert_tokens", f"blocks.0.moe.router/expert:{i}", base[:, i]))
+    rows.append(("gradient", "router_grad_norm", "blocks.0.moe.router",
+                 router_scale * 0.1 * (1 + 0.1 * rng.random(n))))
+    rows.append(("convergence", "dropped_tokens", "", dropped * 512 * np.ones(n)))
+    return rows
+
+
+def test_expert_metrics_quiet_on_balanced_routing(tmp_path, th, rng):
+    d = run_and_diagnose(tmp_path, th, {0: moe_rows(rng)})
+    assert not symptoms(d) & {"ExpertImbalance", "DeadExperts", "TokenDropping", "RouterGradVanishing"}
+    assert {"ExpertImbalance", "DeadExperts", "TokenDropping", "RouterGradVanishing"} <= d.judged
+
+
+def test_gate_bias_pattern(tmp_path, th, rng):
+    d = run_and_diagnose(tmp_path, th, {0: moe_rows(rng, hot_share=0.9, router_scale=1e-6, dropped=0.6)})
+    imb = finding(d, "ExpertImbalance")
+    assert imb.entity == "blocks.0.moe.router/expert:0" and imb.evidence["token_share"] > 0.85
+    assert imb.evidence["cv"] > 2 and imb.evidence["entropy"] < 0.5
+    assert finding(d, "RouterGradVanishing").evidence["router_grad_norm"] < 1e-6
+    assert finding(d, "TokenDropping").evidence["drop_fraction"] == pytest.approx(0.6)
+
+
+def comm_rows(rng, rank, n=N, slow=False, stall=0.0):
+    compute = 5.0 * (1 + 0.05 * rng.random(n)) + (np.where(np.arange(n) >= 90, 20.0, 0.0) if slow else 0.0)
+    wait = np.full(n, 0.2) + (np.where(np.arange(n) >= 90, stall, 0.0))
+    return [("communication", "compute_ms", "", compute), ("hardware", "dataloader_wait_ms", "", wait)]
+
+
+def _finish_comm(ranks: dict[int, list]) -> dict[int, list]:
+    """Collective time = wait for the slowest rank + transfer; step time = slowest compute + loader + comm."""
+    n = len(ranks[0][0][3])
+    compute = np.array([dict((m, v) for _, m, _, v in rows)["compute_ms"] for rows in ranks.values()])
+    wait = np.array([dict((m, v) for _, m, _, v in rows)["dataloader_wait_ms"] for rows in ranks.values()])
+    arrive = compute + wait
+    for i, rows in enumerate(ranks.values()):
+        coll = arrive.max(axis=0) - arrive[i] + 1.0 + 0.02 * np.random.default_rng(i).random(n)
+        rows.append(("communication", "collective_ms", "allreduce", coll))
+        rows.append(("communication", "step_time_ms", "", arrive.max(axis=0) + 1.0))
+    return ranks
+
+
+@pytest.mark.parametrize("world", [2, 4, 128])
+def test_slow_rank_found_by_vote(tmp_path, th, rng, world):
+    ranks = _finish_comm({r: comm_rows(rng, r, slow=(r == 1)) for r in range(world)})
+    f = finding(run_and_diagnose(tmp_path, th, ranks), "SlowRank")
+    assert f.entity == "rank:1" and f.onset_step == pytest.approx(90, abs=5)
+    assert f.evidence["spread"] > 0.5 and f.evidence["vote_fraction"] > 0.5
+
+
+def test_no_slow_rank_without_one(tmp_path, th, rng):
+    ranks = _finish_comm({r: comm_rows(rng, r) for r in range(4)})
+    d = run_and_diagnose(tmp_path, th, ranks)
+    assert "SlowRank" in d.judged and "SlowRank" not in symptoms(d)
+    assert "DataLoaderWait" not in symptoms(d)
+
+
+def test_data_loader_stall_on_every_rank(tmp_path, th, rng):
+    ranks = _finish_comm({r: comm_rows(rng, r, stall=30.0) for r in range(2)})
+    d = run_and_diagnose(tmp_path, th, ranks)
+    f = finding(d, "DataLoaderWait")
+    assert f.entity == "" and f.evidence["wait_ms"] > 25
+    assert "StepTimeRegression" in symptoms(d)
+
+
+def test_links_bandwidth_and_share(tmp_path, th, rng):
+    rows = [("communication", "link_bw_gbps", f"link:0-{i}", np.full(N, 40.0 if i != 3 else 4.0)) for i in range(1, 5)]
+    rows += [("communication", "busbw_gbps", "allreduce", np.full(N, 100.0)),
+             ("communication", "comm_not_overlapped_ms", "", np.full(N, 40.0)),
+             ("communication", "step_time_ms", "", np.full(N, 100.0) + rng.random(N)),
+             ("communication", "alltoall_bytes", "", np.full(N, 1e6))]
+    other = [("communication", "alltoall_bytes", "", np.full(N, 3e6)),
+             ("communication", "step_time_ms", "", np.full(N, 100.0) + rng.random(N)),
+             ("communication", "comm_not_overlapped_ms", "", np.full(N, 40.0))]
+    d = run_and_diagnose(tmp_path, th, {0: rows, 1: other}, meta={"interconnect": "nvlink_h100"})
+    assert finding(d, "SlowLink").entity == "link:0-3"
+    assert finding(d, "LowBandwidthUtilization").evidence["utilisation"] == pytest.approx(100 / 450, rel=0.01)
+    assert finding(d, "HighCommunicationShare").evidence["share"] == pytest.approx(0.4, abs=0.01)
+    assert finding(d, "AllToAllImbalance").entity == "rank:1"
+
+
+def test_hardware_counters(tmp_path, th, rng):
+    rows = [("hardware", "util_pct", "device:0", 30 + rng.random(N)),
+            ("hardware", "mem_used_bytes", "device:0", np.full(N, 79e9)),
+            ("hardware", "mem_total_bytes", "device:0", np.full(N, 80e9)),
+            ("hardware", "clock_mhz", "device:0", np.where(np.arange(N) > 100, 1400.0, 1980.0)),
+            ("hardware", "temp_c", "device:0", np.full(N, 88.0))]
+    d = run_and_diagnose(tmp_path, th, {0: rows}, meta={"device_kind": "cuda"})
+    assert {"LowAcceleratorUtilization", "MemoryPressure", "ThermalThrottling"} <= symptoms(d)
+    assert finding(d, "ThermalThrottling").evidence["clock_deficit"] > 0.1

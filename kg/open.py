@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from debugtune.kg.store import OxigraphStore, Store
 
@@ -17,4 +18,6 @@ def open_store(target: str | os.PathLike[str] | None = None, *, token: str | Non
         from debugtune.kg.remote import RemoteStore
 
         return RemoteStore(text, token=token, timeout_s=timeout_s)
-    return OxigraphStore(text)
+    path = Path(text).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return OxigraphStore(path)

@@ -198,3 +198,10 @@ def test_a_query_naming_its_dataset_keeps_it(store):
     assert len(rows) == 19
     own = store.query("PREFIX ex: <http://example.org/> SELECT ?s FROM <urn:test:b> WHERE { ?s ?p ?o }")
     assert len(own) == 4
+
+
+def test_on_disk_store_creates_missing_parent_folders(tmp_path):
+    st = open_store(tmp_path / "a" / "b" / "store")
+    st.load_data(DATA_A, graph=G_A)
+    assert st.count(G_A) == 15
+    st.close()

@@ -227,3 +227,17 @@ def test_load_is_repeatable():
     st_ = open_store(None)
     load_test_kb(st_)
     assert len(suggest(st_, "moe-1")) == 3
+
+
+def test_narrower_symptoms_match_their_broader_concept():
+    from debugtune.engine.suggest.similarity import run_signature
+    from debugtune.kg import open_store
+    from debugtune.kg.assertions import replace_diagnosis
+    from debugtune.kg.knowledge import load_knowledge
+    from debugtune.kg.records import Finding
+
+    store = open_store(None)
+    load_knowledge(store)
+    f = Finding("u", "UpdateRatioTooHigh", "gradient", "layers.0", 3, 9, 0.7, {}, "t")
+    replace_diagnosis(store, "narrow", {}, [f])
+    assert [i.symptom for i in run_signature(store, "narrow")] == ["UpdateRatioAbnormal"]

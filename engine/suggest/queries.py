@@ -36,11 +36,18 @@ def run_exists_sparql(run_id: str) -> str:
     return f"ASK {{ GRAPH {iri(run_graph(run_id))} {{ {iri(run_base(run_id))} a dt:TrainingRun }} }}"
 
 
+_BROADEST = """
+  OPTIONAL { ?found skos:broader ?broader FILTER NOT EXISTS { ?broader skos:broader ?any } }
+  BIND(COALESCE(?broader, ?found) AS ?symptom)"""
+"""Signatures compare symptoms at their broadest concept, so a narrower finding (UpdateRatioTooHigh)
+matches a case recorded with the broader symptom (UpdateRatioAbnormal)."""
+
+
 def signature_sparql(run_id: str) -> str:
     """The symptom, location kind and severity of every finding of a run."""
     return f"""SELECT ?symptom ?location ?severity WHERE {{ GRAPH {iri(run_graph(run_id))} {{
-  ?f a dt:Finding ; dt:symptom ?symptom ; dt:locationKind ?location ; dt:severity ?severity .
-}} }}"""
+  ?f a dt:Finding ; dt:symptom ?found ; dt:locationKind ?location ; dt:severity ?severity .
+}} {_BROADEST} }}"""
 
 
 def candidate_sparql(run_id: str, *, max_risk_rank: int | None = None, max_cost: float | None = None,
@@ -84,8 +91,8 @@ def cases_sparql(causes: Iterable[str] | None = None) -> str:
         first, cause = f"{_values('cause', causes)}\n  ?case dt:confirmedCause ?cause .\n  ", ""
     return f"""SELECT ?g ?case ?label ?cause ?remedy ?outcome ?symptom ?location ?severity WHERE {{
   {first}?case a dt:Case ; dt:signature ?item .
-  ?item dt:symptom ?symptom ; dt:locationKind ?location ; dt:severity ?severity .
-  GRAPH ?g {{ ?case a dt:Case }}{cause}
+  ?item dt:symptom ?found ; dt:locationKind ?location ; dt:severity ?severity .
+  GRAPH ?g {{ ?case a dt:Case }}{cause} {_BROADEST}
   OPTIONAL {{ ?case skos:prefLabel ?label }}
   OPTIONAL {{ ?case dt:appliedRemedy ?remedy }}
   OPTIONAL {{ ?case dt:outcome ?outcome }}

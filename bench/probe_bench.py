@@ -4,10 +4,14 @@ Part 1 computes the same statistics (L2 norm, abs-max, min, max, zeros, tiny, la
 magnitude histogram) of 1M, 16M and 64M float32 values three ways, side by side in one run:
 ``debugtune.native.tensor_stats`` (one pass, C++), numpy (idiomatic vectorised calls) and torch
 (``engine/capture/torch_stats.py``, torch's own intra-op threads), and prints their ratios plus the
-kernel's GB/s against one memory-bound numpy reduction (``np.add.reduce`` and ``np.dot(x, x)``).
+kernel's GB/s against one memory-bound numpy reduction (``np.add.reduce`` and ``np.dot(x, x)``); also the same
+call without the histogram (``hist=False``: what the probe runs on every step).
 
-Part 2 trains an MLP with more than 5M parameters (Adam, synthetic data) and compares the median step time
-with and without ``debugtune.attach`` (defaults: every step, hardware sampler on), in interleaved blocks.
+Part 2 trains an MLP with more than 5M parameters (Adam, synthetic data) and compares the mean step time of
+blocks with and without ``debugtune.attach`` (interleaved paired blocks, median ratio over rounds): with the
+defaults (every step, detail cadence from the knowledge base, hardware sampler on), with every quantity on
+every step (``detail_every=1``), and with ``every=10``. Before that, each native piece of the probe is timed
+inside the same training loop (the costs the probe pays, with the caches as it finds them).
 
     .venv/bin/python bench/probe_bench.py [--quick]
 
@@ -82,6 +86,7 @@ def contenders(x: np.ndarray, t: Any, threads: int) -> dict[str, Callable[[], ob
 
     return {
         "native": lambda: native.tensor_stats(x, EPS, large=LARGE, threads=threads),
+        "cheap": lambda: native.tensor_stats(x, EPS, large=LARGE, threads=threads, hist=False),
         "numpy": lambda: numpy_stats(x, EPS, LARGE),
         "torch": lambda: torch_stats_many([t], EPS, large=LARGE),
         "reduce": lambda: np.add.reduce(x),
@@ -99,7 +104,8 @@ def kernel_bench(sizes: list[int], repeat: int, threads: int) -> None:
     label = "one thread each" if threads == 1 else f"all cores: native auto (<= {native.hardware_threads()})"
     print(f"== fused statistics, float32, {label}, torch threads {torch.get_num_threads()} ==")
     head = (f"{'n':>5} | {'native ms':>9} {'GB/s':>6} | {'numpy ms':>9} {'x':>6} | {'torch ms':>9} {'x':>6} | "
-            f"{'add.reduce GB/s':>15} {'dot GB/s':>8} | {'native/reduce':>13}")
+            f"{'no-hist ms':>10} {'GB/s':>6} | {'add.reduce GB/s':>15} {'dot GB/s':>8} | {'native/reduce':>13} "
+            f"{'no-hist/reduce':>14}")
     print(head)
     print("-" * len(head))
     for n in sizes:
@@ -121,67 +127,122 @@ def kernel_bench(sizes: list[int], repeat: int, threads: int) -> None:
         gbs = {k: x.nbytes / v / 1e9 for k, v in times.items()}
         print(f"{n >> 20:>4}M | {times['native'] * 1e3:9.2f} {gbs['native']:6.2f} | {times['numpy'] * 1e3:9.1f} "
               f"{times['numpy'] / times['native']:6.1f} | {times['torch'] * 1e3:9.1f} "
-              f"{times['torch'] / times['native']:6.1f} | {gbs['reduce']:15.2f} {gbs['dot']:8.2f} | "
-              f"{gbs['native'] / gbs['reduce']:13.2f}")
-    print("x = contender time / native time (goal: numpy >= 3, torch >= 1.5)")
+              f"{times['torch'] / times['native']:6.1f} | {times['cheap'] * 1e3:10.2f} {gbs['cheap']:6.2f} | "
+              f"{gbs['reduce']:15.2f} {gbs['dot']:8.2f} | {gbs['native'] / gbs['reduce']:13.2f} "
+              f"{gbs['cheap'] / gbs['reduce']:14.2f}")
+    print("x = contender time / native time (goal: numpy >= 3, torch >= 1.5); no-hist = the same call with "
+          "hist=False (the probe's every-step pass)")
 
 
-def overhead_bench(rounds: int, steps: int, batch: int, every: int) -> None:
-    """Paired blocks: in each round ``steps`` plain steps then ``steps`` probed steps of the same training.
-
-    Reports the median over rounds of (probed / plain) for wall time and for process CPU time (all threads:
-    the work the probe adds, whatever else loads the machine).
-    """
+def mlp_training(batch: int) -> tuple[Any, Any, Callable[[], Any]]:
+    """The benchmark's MLP (6.3M parameters), its Adam optimizer and a function computing one batch's loss."""
     import torch
-
-    import debugtune
-    from debugtune.engine.capture.probe import knowledge_thresholds
 
     torch.set_num_threads(1)  # trainings on the shared CPUs run single-threaded (house rule)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(1024, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 2048),
                                 torch.nn.ReLU(), torch.nn.Linear(2048, 10))
-    n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(batch, 1024)
     y = torch.randint(0, 10, (batch,))
+    return model, opt, lambda: torch.nn.functional.cross_entropy(model(x), y)
+
+
+def pieces_bench(steps: int, batch: int) -> None:
+    """Each native piece of the probe timed inside the training loop, on the gradients and parameters as the
+    probe finds them (caches cold after forward, backward and the optimizer step), one piece per step in turn."""
+    import torch
+
+    model, opt, loss_of = mlp_training(batch)
+    params = [p.detach() for p in model.parameters()]
+    copies = [torch.empty_like(p) for p in params]
+    grads: list[Any] = []
+    pieces: list[tuple[str, bool, Callable[[], object]]] = [  # (name, before the optimizer step?, call)
+        ("pass with histogram", True, lambda: native.tensor_stats_many(grads, EPS, threads=1)),
+        ("pass without histogram (every step)", True,
+         lambda: native.tensor_stats_many(grads, EPS, threads=1, hist=False)),
+        ("parameter snapshot (copy_into)", True, lambda: native.copy_into(copies, params)),
+        ("update norms", False, lambda: native.update_norms(params, copies, threads=1)),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in pieces}
+    for i in range(len(pieces) * steps):
+        name, before, call = pieces[i % len(pieces)]
+        loss = loss_of()
+        opt.zero_grad()
+        loss.backward()
+        grads[:] = [p.grad for p in model.parameters()]
+        if not before:
+            opt.step()
+        times[name].append(best_of(call, 1))
+        if before:
+            opt.step()
+    n_bytes = sum(p.numel() * p.element_size() for p in params)
+    print(f"== the probe's native pieces inside the training loop ({n_bytes / 1e6:.0f} MB of float32 parameters, "
+          f"one thread), median of {steps} ==")
+    for name, ts in times.items():
+        print(f"{name:<38} {statistics.median(ts) * 1e3:7.2f} ms")
+
+
+def overhead_bench(rounds: int, steps: int, batch: int, every: int, detail_every: int | None = None) -> None:
+    """Paired blocks: in each round one block of plain steps and one of probed steps (a fresh ``attach``) of the
+    same training, in alternating order (plain first in even rounds, probed first in odd ones).
+
+    A block runs ``steps + 1`` steps and drops the first (allocations); ``steps`` is a multiple of the detail
+    cadence, so every block holds its share of detail steps (histogram, snapshot, update norms). Reports the
+    median over rounds of (probed / plain) of the block's mean step time, for wall time and for process CPU
+    time (all threads: the work the probe adds, whatever else loads the machine).
+    """
+    import torch
+
+    import debugtune
+    from debugtune.engine.capture.probe import DETAIL_EVERY_KEY, knowledge_thresholds
+
+    model, opt, loss_of = mlp_training(batch)
+    n_params = sum(p.numel() for p in model.parameters())
     thresholds = knowledge_thresholds()  # loaded once, outside the timed blocks
+    cadence = every * (detail_every or int(thresholds.get(DETAIL_EVERY_KEY, 1)))
+    steps = max(cadence, steps // cadence * cadence)
 
     def block(probe_dir: str | None) -> tuple[float, float]:
-        """Median wall and CPU seconds per step (the first step of a block allocates and is dropped)."""
-        probe = debugtune.attach(model, opt, probe_dir, every=every, thresholds=thresholds) if probe_dir else None
-        wall, cpu = [], []
+        """Mean wall and CPU seconds per step over the block (its first step allocates and is dropped)."""
+        probe = (debugtune.attach(model, opt, probe_dir, every=every, detail_every=detail_every,
+                                  thresholds=thresholds) if probe_dir else None)
         try:
-            for _ in range(steps + 1):
-                t0, c0 = time.perf_counter(), time.process_time()
-                loss = torch.nn.functional.cross_entropy(model(x), y)
+            for i in range(steps + 1):
+                if i == 1:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                loss = loss_of()
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
                 value = loss.item()
                 if probe is not None:
                     probe.log(loss=value)
-                wall.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
+            return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
         finally:
             if probe is not None:
                 probe.close()
-        return statistics.median(wall[1:]), statistics.median(cpu[1:])
 
     wall_ratio, cpu_ratio, base_ms = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         block(None)  # warm-up
         for r in range(rounds):
-            bw, bc = block(None)
-            pw, pc = block(os.path.join(tmp, f"run{r}"))
+            run_dir = os.path.join(tmp, f"run{r}")
+            if r % 2:
+                (pw, pc), (bw, bc) = block(run_dir), block(None)
+            else:
+                (bw, bc), (pw, pc) = block(None), block(run_dir)
             wall_ratio.append(pw / bw)
             cpu_ratio.append(pc / bc)
             base_ms.append(bw * 1e3)
     w, c = statistics.median(wall_ratio) - 1, statistics.median(cpu_ratio) - 1
-    print(f"== attach overhead: MLP {n_params / 1e6:.1f}M parameters, Adam, batch {batch}, every={every}, "
+    q1, _, q3 = statistics.quantiles(wall_ratio, n=4) if len(wall_ratio) > 1 else (w + 1, 0, w + 1)
+    detail = f"detail_every={detail_every}" if detail_every else f"detail_every=KB ({cadence // every})"
+    print(f"== attach overhead: MLP {n_params / 1e6:.1f}M parameters, Adam, batch {batch}, every={every}, {detail}, "
           f"torch threads {torch.get_num_threads()}, {rounds} rounds x {steps}+{steps} steps ==")
-    print(f"median plain step {statistics.median(base_ms):7.1f} ms | overhead wall {100 * w:+5.1f} % | "
-          f"CPU (all threads) {100 * c:+5.1f} %   (goal: wall <= 5 %)")
+    print(f"plain step {statistics.median(base_ms):7.1f} ms | overhead wall {100 * w:+5.1f} % "
+          f"(quartiles {100 * (q1 - 1):+.1f} / {100 * (q3 - 1):+.1f}) | CPU (all threads) {100 * c:+5.1f} %   "
+          f"(goal: wall <= 5 %)")
 
 
 def main() -> None:
@@ -192,9 +253,12 @@ def main() -> None:
     for threads in (1, 0):
         kernel_bench(sizes, repeat=3 if args.quick else 6, threads=threads)
         print()
-    rounds, steps = (3, 4) if args.quick else (12, 5)
-    overhead_bench(rounds, steps, batch=256, every=1)
-    overhead_bench(rounds, steps, batch=256, every=10)
+    pieces_bench(steps=4 if args.quick else 12, batch=256)
+    print()
+    rounds, steps = (4, 10) if args.quick else (12, 20)
+    overhead_bench(rounds, steps, batch=256, every=1)  # the defaults: cadence from the knowledge base
+    overhead_bench(rounds, steps, batch=256, every=1, detail_every=1)  # everything on every step
+    overhead_bench(rounds, steps, batch=256, every=10, detail_every=1)
     print("\nFigures measured on a machine shared with other jobs are noisy; re-run before quoting them.")
 
 

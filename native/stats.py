@@ -1,7 +1,9 @@
 """Fused tensor statistics (the C++ kernel in ``native/src/stats*.cpp``), typed.
 
 One read of every element gives numel, sum, sum of squares (→ L2 norm), abs-max, min, max, zeros,
-tiny (|x| < eps), large (|x| >= large), NaN and Inf counts and a log2 magnitude histogram. Sums are
+tiny (|x| < eps), large (|x| >= large), NaN and Inf counts and, unless ``hist=False``, a log2
+magnitude histogram (the one part that cannot run at memory speed: leave it out when it is not
+needed). Sums are
 accumulated in float64; NaN and ±Inf are counted but left out of sum, sum of squares, min, max and
 abs-max. Inputs are float32, float16, bfloat16 or float64 CPU arrays of any layout (numpy arrays, CPU
 torch tensors, anything with ``__dlpack__`` or the buffer protocol); they are read in place, never
@@ -37,7 +39,8 @@ Reinterpret = Literal["float16", "bfloat16"] | None
 
 @dataclass(frozen=True)
 class TensorStats:
-    """Statistics of one tensor (counts as int, the rest as float; min/max/absmax are NaN without finite values)."""
+    """Statistics of one tensor (counts as int, the rest as float; min/max/absmax are NaN without finite values;
+    ``hist`` is None when it was not computed)."""
 
     numel: int
     sum: float
@@ -51,7 +54,7 @@ class TensorStats:
     large: int
     nan: int
     inf: int
-    hist: np.ndarray
+    hist: np.ndarray | None
 
     @property
     def zero_frac(self) -> float:
@@ -65,7 +68,7 @@ class TensorStats:
 class StatsBatch:
     """Statistics of many tensors: ``values[i, STAT_FIELDS.index(f)]``, ``hist[i, bin]``, ``batch["norm"]`` a column."""
 
-    def __init__(self, values: np.ndarray, hist: np.ndarray) -> None:
+    def __init__(self, values: np.ndarray, hist: np.ndarray | None) -> None:
         self.values = values
         self.hist = hist
 
@@ -77,7 +80,7 @@ class StatsBatch:
             return self.values[:, STAT_FIELDS.index(key)]
         row = self.values[key]
         fields = {f: (int(v) if f in _COUNTS else float(v)) for f, v in zip(STAT_FIELDS, row, strict=True)}
-        return TensorStats(**fields, hist=self.hist[key])
+        return TensorStats(**fields, hist=None if self.hist is None else self.hist[key])
 
 
 def _as_array(x: Any) -> tuple[Any, int | None]:
@@ -105,20 +108,22 @@ def _arrays(tensors: Sequence[Any], reinterpret: Reinterpret) -> tuple[list[Any]
 
 
 def tensor_stats_many(tensors: Sequence[Any], eps: float, *, large: float = math.inf, threads: int = 0,
-                      reinterpret: Reinterpret = None) -> StatsBatch:
+                      reinterpret: Reinterpret = None, hist: bool = True) -> StatsBatch:
     """Statistics of every tensor in one call into C++ (GIL released; large inputs are split across threads).
 
     ``eps``: |x| < eps counts as tiny (zeros included). ``large``: |x| >= large counts as large (finite only).
     ``threads``: 0 = automatic. ``reinterpret``: how uint16/int16 arrays are read ("bfloat16" or "float16").
+    ``hist``: False leaves the histogram out (``StatsBatch.hist`` is None); every other field is the same.
     The result does not depend on the number of threads (fixed chunking and merge order).
     """
     arrays, code = _arrays(tensors, reinterpret)
-    values, hist = _native.tensor_stats_many(arrays, float(eps), float(large), int(threads), code)
-    return StatsBatch(values, hist)
+    values, h = _native.tensor_stats_many(arrays, float(eps), float(large), int(threads), code, bool(hist))
+    return StatsBatch(values, h)
 
 
 class Pending:
-    """A native computation running on its own thread; ``result()`` waits for it (GIL released)."""
+    """A native computation running on background helper threads (idle priority); ``result()`` (GIL released)
+    does the chunks no helper has started and waits for the others."""
 
     def __init__(self, job: Any, wrap: Any) -> None:
         self._job = job
@@ -134,20 +139,20 @@ class Pending:
 
 
 def tensor_stats_start(tensors: Sequence[Any], eps: float, *, large: float = math.inf, threads: int = 0,
-                       reinterpret: Reinterpret = None) -> Pending:
-    """``tensor_stats_many`` on a background native thread; ``.result()`` gives the ``StatsBatch``.
+                       reinterpret: Reinterpret = None, hist: bool = True) -> Pending:
+    """``tensor_stats_many`` on background native threads; ``.result()`` gives the ``StatsBatch``.
 
     The caller must not write the tensors before ``result()`` returns (reads would race with the writes).
     """
     arrays, code = _arrays(tensors, reinterpret)
-    return Pending(_native.tensor_stats_start(arrays, float(eps), float(large), int(threads), code),
+    return Pending(_native.tensor_stats_start(arrays, float(eps), float(large), int(threads), code, bool(hist)),
                    lambda r: StatsBatch(*r))
 
 
 def tensor_stats(x: Any, eps: float, *, large: float = math.inf, threads: int = 0,
-                 reinterpret: Reinterpret = None) -> TensorStats:
+                 reinterpret: Reinterpret = None, hist: bool = True) -> TensorStats:
     """Statistics of one tensor (see ``tensor_stats_many``)."""
-    return tensor_stats_many([x], eps, large=large, threads=threads, reinterpret=reinterpret)[0]
+    return tensor_stats_many([x], eps, large=large, threads=threads, reinterpret=reinterpret, hist=hist)[0]
 
 
 def copy_into(dst: Sequence[Any], src: Sequence[Any]) -> None:
@@ -162,6 +167,6 @@ def update_norms(after: Sequence[Any], before: Sequence[Any], *, threads: int = 
 
 
 def update_norms_start(after: Sequence[Any], before: Sequence[Any], *, threads: int = 0) -> Pending:
-    """``update_norms`` on a background native thread; the tensors must not be written before ``result()``."""
+    """``update_norms`` on background native threads; the tensors must not be written before ``result()``."""
     return Pending(_native.update_norms_start([_as_array(x)[0] for x in after], [_as_array(x)[0] for x in before],
                                               int(threads)), lambda r: r)

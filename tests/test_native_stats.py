@@ -147,6 +147,78 @@ def test_threads_give_bitwise_the_same_result():
         np.testing.assert_array_equal(one.hist, many.hist)
 
 
+def test_histogram_can_be_left_out_and_nothing_else_changes():
+    xs = [special_values(200_001, seed=13), special_values(70_000, seed=14)[::-3], special_values(9, seed=2)]
+    xs.append(torch.from_numpy(special_values(5000, seed=15)).to(torch.bfloat16))
+    xs.append(special_values(3000, seed=16).astype(np.float64))
+    with_hist = native.tensor_stats_many(xs, EPS, large=LARGE)
+    without = native.tensor_stats_many(xs, EPS, large=LARGE, hist=False)
+    assert without.hist is None and without[0].hist is None
+    np.testing.assert_array_equal(without.values, with_hist.values)  # bit for bit, NaN in the same places
+    for i, x in enumerate(xs):
+        data = x.float().numpy() if isinstance(x, torch.Tensor) else x
+        ref = reference(data, EPS, LARGE, compare_dtype=np.float64 if data.dtype == np.float64 else np.float32)
+        check(native.TensorStats(**{**vars(without[i]), "hist": with_hist.hist[i]}), ref)
+    job = native.tensor_stats_start(xs, EPS, large=LARGE, hist=False).result()
+    assert job.hist is None and np.array_equal(job.values, without.values, equal_nan=True)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("where", [0, 7, 2047, 2048, 5000, 65535, 65536 + 8, 99_999])
+def test_a_nonfinite_value_costs_its_block_nothing_but_the_replay(bad, where):
+    """A NaN or ±Inf sends its block through the exact masked kernel: sums and sums of squares are then bit for bit
+    those of the same data with a zero in its place (the masked value adds 0.0 in the same lane and order)."""
+    x = special_values(100_000, seed=where)
+    x = x[np.isfinite(x)][:100_000]
+    x = np.concatenate([x, np.ones(100_000 - len(x), np.float32)])
+    zeroed = x.copy()
+    zeroed[where] = 0.0
+    x[where] = bad
+    got, ref = native.tensor_stats(x, EPS, hist=False), native.tensor_stats(zeroed, EPS, hist=False)
+    assert (got.sum, got.sumsq) == (ref.sum, ref.sumsq)
+    assert (got.nan, got.inf) == ((1, 0) if np.isnan(bad) else (0, 1))
+    check(native.tensor_stats(x, EPS), reference(x, EPS, math.inf))
+
+
+def test_background_jobs_equal_the_inline_call_whoever_does_the_chunks():
+    """A started job's chunks are shared by its helper threads and the thread asking for the result (which takes
+    the chunks not yet started): the result is bit for bit the inline one however the chunks were split."""
+    xs = [special_values(700_001, seed=21), special_values(3, seed=22), torch.randn(300, 500).t()]
+    inline = native.tensor_stats_many(xs, EPS, large=LARGE, threads=1)
+    after = [torch.randn(400_000), torch.randn(7)]
+    before = [a + 1e-3 for a in after]
+    norms = native.update_norms(after, before, threads=1)
+    for threads in (1, 2, 4):
+        jobs = [native.tensor_stats_start(xs, EPS, large=LARGE, threads=threads) for _ in range(6)]
+        ujobs = [native.update_norms_start(after, before, threads=threads) for _ in range(3)]
+        for job in jobs:
+            got = job.result()
+            assert job.done
+            np.testing.assert_array_equal(got.values, inline.values)
+            np.testing.assert_array_equal(got.hist, inline.hist)
+        for job in ujobs:
+            np.testing.assert_array_equal(job.result(), norms)
+    dropped = native.tensor_stats_start(xs, EPS, threads=1)  # never collected: finished before its tensors go
+    del dropped
+    job = native.tensor_stats_start(xs, EPS)
+    job.result()
+    with pytest.raises(ValueError, match="already taken"):
+        job.result()
+
+
+def test_copy_into_dense_streamed_and_strided():
+    """Snapshots are exact copies: small and large (streamed, from an unaligned start) dense tensors, a transposed
+    one (same strides on both sides), a strided view into a dense buffer."""
+    src = [torch.randn(3, 5), torch.randn(2_000_001)[1:], torch.randn(700, 900).t(), torch.randn(50).half()[::2]]
+    dst = [torch.empty_like(t) for t in src]
+    assert src[1].data_ptr() % 16 and src[1].numel() * 4 >= 1 << 20
+    native.copy_into(dst, src)
+    for d, t in zip(dst, src, strict=True):
+        assert torch.equal(d, t)
+    with pytest.raises(ValueError, match="shape or dtype"):
+        native.copy_into([torch.empty(3)], [torch.empty(4)])
+
+
 def test_all_nonfinite_and_empty():
     s = native.tensor_stats(np.array([np.nan, np.inf, -np.inf], np.float32), EPS)
     assert (s.nan, s.inf, s.sumsq) == (1, 2, 0.0) and math.isnan(s.min) and math.isnan(s.absmax)

@@ -66,9 +66,12 @@ def test_losses_are_bitwise_identical_with_and_without_the_probe(digits, tmp_pat
     meta = read_run_json(tmp_path / "run")
     assert meta["probe"]["errors"]["total"] == 0
     assert meta["probe"]["disabled"] == {}  # thresholds came from the shipped knowledge base
+    assert (meta["probe"]["detail_every"], meta["probe"]["detail_every_from"]) == (10, "knowledge base")
     tel = read_telemetry(tmp_path / "run")
     steps, loss = tel.series("loss")
     assert steps.tolist() == list(range(50)) and loss.tolist() == plain
+    assert tel.series("grad_norm", "")[0].tolist() == list(range(50))  # cheap statistics: every step
+    assert tel.series("update_ratio", "")[0].tolist() == [0, 10, 20, 30, 40]  # detail: the knowledge base's cadence
 
 
 def test_records_gradient_update_activation_and_timing_metrics(digits, tmp_path):
@@ -173,7 +176,8 @@ def test_an_internal_failure_is_counted_and_training_continues(digits, tmp_path,
         raise RuntimeError("injected failure in the statistics kernel")
 
     plain, _ = train(digits, steps=8)
-    monkeypatch.setattr(probe_measure, "native_stats_start", broken)
+    monkeypatch.setattr(probe_measure, "native_stats_start", broken)  # gradients (background)
+    monkeypatch.setattr(probe_measure, "native_stats_many", broken)  # activations (inline)
     probed, _ = train(digits, tmp_path / "run", steps=8,
                       probe_kwargs={"hardware": False, "thresholds": THRESHOLDS, "activations": True})
     assert probed == plain
@@ -181,6 +185,35 @@ def test_an_internal_failure_is_counted_and_training_continues(digits, tmp_path,
     assert errors["by_kind"]["step_pre_hook:RuntimeError"] == 8
     assert errors["by_kind"]["activation_hook:RuntimeError"] >= 8
     assert "injected failure" in errors["first_message"]["step_pre_hook:RuntimeError"]
+
+
+def test_detail_cadence_sparse_histogram_and_update_ratios(digits, tmp_path):
+    """Cheap statistics on every recorded step, histogram and update ratios on every detail_every-th one; counts
+    exact on both kinds of step; every=2 with detail_every=2 puts detail on steps 0, 4, 8."""
+    grads = {}
+
+    def keep(step, model):
+        grads[step] = torch.cat([p.grad.detach().flatten() for p in model.parameters()])
+
+    train(digits, tmp_path / "a", steps=7, per_step=keep,
+          probe_kwargs={"detail_every": 3, "hardware": False, "thresholds": THRESHOLDS})
+    tel = read_telemetry(tmp_path / "a")
+    assert read_run_json(tmp_path / "a")["probe"]["detail_every_from"] == "argument"
+    assert tel.series("grad_norm", "3")[0].tolist() == list(range(7))
+    for m in ("update_ratio", "update_norm", "weight_norm"):
+        assert tel.series(m, "3")[0].tolist() == [0, 3, 6], m
+    for step in range(7):
+        g = grads[step]
+        zeros = tel.series("grad_zero_frac", "")[1][step] * g.numel()
+        assert round(zeros) == int((g == 0).sum())
+        at = tel.filter(steps=step)
+        total = sum(at.series(m, "")[1].sum() for m in at.metrics() if m.startswith("grad_log2_hist:"))
+        assert total == (g.numel() if step % 3 == 0 else 0)
+    train(digits, tmp_path / "b", steps=9,
+          probe_kwargs={"every": 2, "detail_every": 2, "hardware": False, "thresholds": THRESHOLDS})
+    tel = read_telemetry(tmp_path / "b")
+    assert tel.series("grad_norm", "")[0].tolist() == [0, 2, 4, 6, 8]
+    assert tel.series("update_ratio", "")[0].tolist() == [0, 4, 8]
 
 
 def test_every_and_log_step_attribution(tmp_path):

@@ -22,6 +22,9 @@ def test_torch_statistics_equal_the_native_kernel(dtype):
     values, hist = torch_stats_many(views, 1e-3, large=2.5)
     np.testing.assert_array_equal(hist, nat.hist)
     np.testing.assert_allclose(values, nat.values, rtol=1e-9, equal_nan=True)
+    cheap, none = torch_stats_many(views, 1e-3, large=2.5, hist=False)
+    assert none is None
+    np.testing.assert_array_equal(cheap, values)
 
 
 def test_torch_update_norms_equal_the_native_kernel():

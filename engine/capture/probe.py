@@ -2,11 +2,14 @@
 
 What it records (long-form telemetry, see docs/probe.md):
 
-- gradient flow per layer, per MoE expert and for the whole model ("" entity): ``grad_norm``,
-  ``grad_absmax``, ``grad_zero_frac``, ``grad_tiny_frac``, ``grad_nan``, ``grad_inf``, the global
-  log2 magnitude histogram ``grad_log2_hist:<bin>``; per layer ``weight_norm``, ``update_norm`` and
-  ``update_ratio``; ``router_grad_norm`` of watched routers; with ``activations=True``
-  ``act_zero_frac`` / ``act_sat_frac`` per activation module;
+- gradient flow per layer, per MoE expert and for the whole model ("" entity), on every recorded step:
+  ``grad_norm``, ``grad_absmax``, ``grad_zero_frac``, ``grad_tiny_frac``, ``grad_nan``, ``grad_inf``;
+  ``router_grad_norm`` of watched routers; with ``activations=True`` ``act_zero_frac`` /
+  ``act_sat_frac`` per activation module;
+- on detail steps only (every ``detail_every``-th recorded step: the knowledge base's cadence
+  ``probe.detail_every``, after Cockpit's cheap-every-step / expensive-on-a-schedule split): the global
+  log2 magnitude histogram ``grad_log2_hist:<bin>`` and per layer ``weight_norm``, ``update_norm`` and
+  ``update_ratio`` (these need a parameter snapshot and a second pass);
 - convergence: whatever ``probe.log`` is given (loss, lr, ...), ``expert_tokens`` of watched routers,
   live alarms ``<series>_alarm_<kind>`` of the streaming detectors on loss and gradient norm;
 - communication: ``step_time_ms``, and with torch.distributed initialised ``collective_ms``,
@@ -55,6 +58,7 @@ from debugtune.native import STAT_FIELDS, DetectorParams, HardwareSampler, Strea
 
 TINY_EPS_KEY = "probe.grad_tiny_eps"
 SAT_PREACT_KEY = "probe.act_sat_preact"
+DETAIL_EVERY_KEY = "probe.detail_every"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
 _LOGGED_GRAD_NORM = ("grad_norm", "gradnorm", "grad-norm", "total_norm")
 
@@ -73,9 +77,9 @@ class Probe:
     """A probe attached to one model and optimizer; see the module docstring and ``attach``."""
 
     def __init__(self, model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None,
-                 rank: int | None = None, every: int = 1, activations: bool = False, hardware: bool = True,
-                 thresholds: Mapping[str, float] | None = None, updates: bool = True, detectors: bool = True,
-                 hardware_interval: float = 1.0, flush_rows: int = 65536) -> None:
+                 rank: int | None = None, every: int = 1, detail_every: int | None = None, activations: bool = False,
+                 hardware: bool = True, thresholds: Mapping[str, float] | None = None, updates: bool = True,
+                 detectors: bool = True, hardware_interval: float = 1.0, flush_rows: int = 65536) -> None:
         import torch
 
         self._torch = torch
@@ -97,6 +101,7 @@ class Probe:
         self.writer = TelemetryWriter(self.run_dir, self.run_id, rank=self.rank, flush_rows=flush_rows)
 
         th = dict(thresholds) if thresholds is not None else self._load_thresholds()
+        self.detail_every, self.detail_from = self._cadence(detail_every, th)
         self.tiny_eps = th.get(TINY_EPS_KEY)
         if self.tiny_eps is None:
             self.disabled["grad_tiny_frac"] = f"no threshold {TINY_EPS_KEY!r}"
@@ -137,6 +142,15 @@ class Probe:
         self.set_meta()
 
     # -- setup helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _cadence(detail_every: int | None, th: Mapping[str, float]) -> tuple[int, str]:
+        """Detail cadence (in recorded steps) and where it came from."""
+        if detail_every is not None:
+            return max(1, int(detail_every)), "argument"
+        if th.get(DETAIL_EVERY_KEY) is not None:
+            return max(1, round(th[DETAIL_EVERY_KEY])), "knowledge base"
+        return 1, f"no threshold {DETAIL_EVERY_KEY!r}: every recorded step"
+
     def _load_thresholds(self) -> dict[str, float]:
         try:
             return knowledge_thresholds()
@@ -271,6 +285,10 @@ class Probe:
     def _recording(self, step: int) -> bool:
         return step % self.every == 0
 
+    def _detail(self, step: int) -> bool:
+        """Whether ``step`` is a detail step (histogram, update ratios): every ``detail_every``-th recorded step."""
+        return step % (self.every * self.detail_every) == 0
+
     def _advance(self) -> None:
         if self._completed > self._step:
             self._step = self._completed
@@ -303,9 +321,9 @@ class Probe:
             self._step = self._completed
             if not self._recording(self._step):
                 return
-            self._start_grads()  # runs alongside optimizer.step(), which only reads the gradients
-            if self.updates:
+            if self.updates and self._detail(self._step):  # before the background pass: no competing for memory
                 self._snapshots.take(self.layout, self._step)
+            self._start_grads()  # runs alongside optimizer.step(), which only reads the gradients
         except Exception as exc:  # noqa: BLE001
             self.errors.add("step_pre_hook", exc)
 
@@ -331,7 +349,7 @@ class Probe:
             if not self._recording(self._step) or not isinstance(output, self._torch.Tensor):
                 return
             eps, large = stats.bounds if stats.bounds is not None else (0.0, math.inf)
-            values, _ = start_stats([output], eps, large).finish()
+            values, _ = start_stats([output], eps, large, background=False).finish()
             row = values[0]
             stats.add(row[_COL["zeros"]], row[_COL["tiny"]], row[_COL["large"]], row[_COL["numel"]])
         except Exception as exc:  # noqa: BLE001
@@ -347,7 +365,8 @@ class Probe:
     # -- measurement -----------------------------------------------------------------------------
     def _start_grads(self, skipped: bool = False) -> None:
         pending, self._pending = self._pending, {}
-        self._grad_job = start_grads(self._step, pending, self.tiny_eps, self.errors.skip, skipped)
+        self._grad_job = start_grads(self._step, pending, self.tiny_eps, self.errors.skip, skipped,
+                                     hist=self._detail(self._step))
 
     def _finish_grads(self) -> None:
         job, self._grad_job = self._grad_job, None
@@ -420,7 +439,8 @@ class Probe:
             sampler = {"backend": self.sampler.backend, "unavailable": self.sampler.reasons,
                        "dropped": self.sampler.dropped, "interval_s": self.sampler.interval}
         return {
-            "every": self.every, "updates": self.updates, "steps_completed": self._completed,
+            "every": self.every, "detail_every": self.detail_every, "detail_every_from": self.detail_from,
+            "updates": self.updates, "steps_completed": self._completed,
             "params": {"watched": len(lay.trainable), "frozen": len(lay.frozen), "optimized": len(lay.optimized),
                        "unnamed_in_optimizer": lay.unnamed_in_optimizer,
                        "frozen_names": [lay.names[i] for i in lay.frozen][:100]},
@@ -450,14 +470,17 @@ class Probe:
 
 
 def attach(model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None, rank: int | None = None,
-           every: int = 1, activations: bool = False, hardware: bool = True, **options: Any) -> Probe:
+           every: int = 1, detail_every: int | None = None, activations: bool = False, hardware: bool = True,
+           **options: Any) -> Probe:
     """Attach the live probe to ``model`` and ``optimizer``, writing telemetry into ``run_dir``.
 
-    ``every``: gradient statistics, update ratios, activations and router counts on every N-th step.
+    ``every``: gradient statistics, activations and router counts on every N-th step.
+    ``detail_every``: the log2 histogram and update/weight ratios on every N-th of those recorded steps
+    (default: the knowledge base's ``probe.detail_every``; 1 = on every recorded step).
     ``activations``: forward hooks on activation modules. ``hardware``: the native hardware sampler.
     ``options``: ``thresholds`` (a key → value map instead of the knowledge base), ``updates`` (update/
     weight ratios; needs a parameter snapshot), ``detectors`` (live alarms), ``hardware_interval`` (s).
     Use as a context manager or call ``close()``.
     """
-    return Probe(model, optimizer, run_dir, run_id=run_id, rank=rank, every=every, activations=activations,
-                 hardware=hardware, **options)
+    return Probe(model, optimizer, run_dir, run_id=run_id, rank=rank, every=every, detail_every=detail_every,
+                 activations=activations, hardware=hardware, **options)

@@ -69,6 +69,8 @@ class ParamLayout:
             expert_ids.append(self.experts.id(expert) if expert else -1)
         self.layer_of = np.array(layer_ids, dtype=np.int64)
         self.expert_of = np.array(expert_ids, dtype=np.int64)
+        self.layer_names = np.array(self.layers.names, dtype=object)  # entity names, indexed by group
+        self.expert_names = np.array(self.experts.names, dtype=object)
         self.position = {id(p): i for i, p in enumerate(self.params)}
         self.optimized = [i for i, p in enumerate(self.params) if id(p) in in_optimizer]
         self.trainable = [i for i, p in enumerate(self.params) if p.requires_grad]

@@ -2,19 +2,23 @@
 
 - gradient statistics: started in the optimizer's step pre-hook, they run on a native thread while
   ``optimizer.step()`` runs (which reads the gradients and writes only parameters and optimizer state)
-  and are finished in the post-hook;
-- parameter updates: the parameters are copied before the step; ``||after - before||`` and ``||after||``
-  run on a native thread from the post-hook until the next pre-hook, before anything writes the
-  parameters or the copies again.
+  and are finished in the post-hook; the log2 histogram only on detail steps;
+- parameter updates (detail steps only): the parameters are copied before the step; ``||after - before||``
+  and ``||after||`` run on a native thread from the post-hook until the next pre-hook, before anything
+  writes the parameters or the copies again.
 
 CPU tensors in float32/16, bfloat16 or float64 go to the native kernel (one call per measurement); other
 tensors (accelerator memory) are measured with torch operations in the start call. A background
-measurement uses one native thread, so it takes a free core instead of competing with the training's.
+measurement starts one native helper thread, so it takes a free core instead of competing with the
+training's; finishing it takes over whatever chunks the helper has not started, so on a machine with no
+free core the hook does the remaining work itself instead of waiting for the scheduler to run the helper.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,7 @@ from debugtune.engine.capture.torch_stats import torch_stats_many, torch_update_
 from debugtune.engine.telemetry import TelemetryWriter
 from debugtune.native import HIST_LABELS, STAT_FIELDS, Pending
 from debugtune.native import copy_into as native_copy_into
+from debugtune.native import tensor_stats_many as native_stats_many
 from debugtune.native import tensor_stats_start as native_stats_start
 from debugtune.native import update_norms_start as native_updates_start
 
@@ -35,8 +40,36 @@ def native_ok(t: Any) -> bool:
     """Whether the native kernel can read ``t`` in place."""
     import torch
 
-    return (t.device.type == "cpu" and t.layout == torch.strided
-            and t.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64))
+    return t.device.type == "cpu" and t.layout == torch.strided and t.dtype in _native_dtypes(torch)
+
+
+@cache
+def _native_dtypes(torch: Any) -> frozenset[Any]:
+    return frozenset((torch.float32, torch.float16, torch.bfloat16, torch.float64))
+
+
+class StepRows:
+    """Telemetry rows of one step gathered column-wise and handed to the writer in one call."""
+
+    def __init__(self) -> None:
+        self.dims: list[str] = []
+        self.metrics: list[str] = []
+        self.entities: list[str] = []
+        self.values: list[np.ndarray] = []
+
+    def add(self, dim: str, metric: str, entities: Sequence[str], values: Any) -> None:
+        vals = np.asarray(values, dtype=np.float64).reshape(-1)
+        n = len(vals)
+        self.dims += [dim] * n
+        self.metrics += [metric] * n
+        self.entities += list(entities)
+        self.values.append(vals)
+
+    def write(self, writer: TelemetryWriter, step: int) -> None:
+        if self.values:
+            values = np.concatenate(self.values)
+            writer.add_columns(np.full(len(values), step, dtype=np.int64), self.dims, self.metrics, self.entities,
+                               values)
 
 
 @dataclass
@@ -45,30 +78,55 @@ class _Split:
 
     rows: np.ndarray
     native_rows: list[int]
-    pending: Pending | None
+    pending: Pending | _Done | None
     hist: np.ndarray | None = None
 
     def finish(self) -> tuple[np.ndarray, np.ndarray | None]:
         if self.pending is not None:
             got = self.pending.result()
             self.pending = None
-            if hasattr(got, "values"):
-                self.rows[self.native_rows], self.hist[self.native_rows] = got.values, got.hist
-            else:
+            if not hasattr(got, "values"):
                 self.rows[self.native_rows] = got
+            elif len(self.native_rows) == len(self.rows):  # the usual case: everything on CPU
+                self.rows, self.hist = got.values, got.hist
+            else:
+                self.rows[self.native_rows] = got.values
+                if self.hist is not None:
+                    self.hist[self.native_rows] = got.hist
         return self.rows, self.hist
 
 
-def start_stats(tensors: list[Any], eps: float, large: float) -> _Split:
-    """Statistics rows of ``tensors`` in order (native part on a thread; ``finish()`` waits)."""
-    native = [i for i, t in enumerate(tensors) if native_ok(t)]
-    other = [i for i in range(len(tensors)) if i not in set(native)]
+def start_stats(tensors: list[Any], eps: float, large: float, hist: bool = False, background: bool = True) -> _Split:
+    """Statistics rows of ``tensors`` in order (native part on a thread; ``finish()`` waits); the log2
+    histogram only with ``hist``. ``background=False`` runs the native part in the call (for results needed at
+    once: no thread to start)."""
+    flags = [native_ok(t) for t in tensors]
+    native = [i for i, ok in enumerate(flags) if ok]
+    other = [i for i, ok in enumerate(flags) if not ok]
     rows = np.full((len(tensors), len(STAT_FIELDS)), np.nan)
-    hist = np.zeros((len(tensors), len(HIST_LABELS)), dtype=np.int64)
+    counts = np.zeros((len(tensors), len(HIST_LABELS)), dtype=np.int64) if hist else None
     if other:
-        rows[other], hist[other] = torch_stats_many([tensors[i] for i in other], eps, large=large)
-    pending = native_stats_start([tensors[i] for i in native], eps, large=large, threads=1) if native else None
-    return _Split(rows, native, pending, hist)
+        rows[other], got = torch_stats_many([tensors[i] for i in other], eps, large=large, hist=hist)
+        if counts is not None:
+            counts[other] = got
+    if not native:
+        return _Split(rows, native, None, counts)
+    start = native_stats_start if background else _Done.stats
+    return _Split(rows, native, start([tensors[i] for i in native], eps, large=large, threads=1, hist=hist), counts)
+
+
+class _Done:
+    """A finished native computation with the interface of ``Pending``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+    @classmethod
+    def stats(cls, tensors: list[Any], eps: float, **kwargs: Any) -> _Done:
+        return cls(native_stats_many(tensors, eps, **kwargs))
 
 
 @dataclass
@@ -81,53 +139,58 @@ class GradJob:
     skipped: bool = False
 
 
-def start_grads(step: int, pending: dict[int, Any], eps: float | None, skip: Any, skipped: bool = False
-                ) -> GradJob | None:
+def start_grads(step: int, pending: dict[int, Any], eps: float | None, skip: Any, skipped: bool = False,
+                hist: bool = False) -> GradJob | None:
     """Start the statistics of the gradients gathered by the hooks (position → gradient tensor)."""
     import torch
 
     kept, grads = [], []
+    strided = torch.strided
     for p in sorted(pending):
         g = pending[p]
-        if g.layout != torch.strided or not g.is_floating_point():
+        if g.layout != strided or not g.is_floating_point():
             skip(f"gradient layout/dtype {g.layout}/{g.dtype}")
             continue
         kept.append(p)
-        grads.append(g.detach())
+        grads.append(g)
     if not grads:
         return None
-    return GradJob(step, np.array(kept, dtype=np.int64), start_stats(grads, eps or 0.0, float("inf")), skipped)
+    split = start_stats(grads, eps or 0.0, float("inf"), hist=hist)
+    return GradJob(step, np.array(kept, dtype=np.int64), split, skipped)
+
+
+_HIST_METRICS = np.array([f"grad_log2_hist:{label}" for label in HIST_LABELS], dtype=object)
 
 
 def write_grads(job: GradJob, layout: ParamLayout, writer: TelemetryWriter, routers: list[Any],
                 tiny: bool) -> float:
-    """Wait for a gradient job and write its telemetry; returns the global gradient norm."""
+    """Wait for a gradient job and write its telemetry (one writer call); returns the global gradient norm."""
     values, hist = job.split.finish()
-    step, pos, w = job.step, job.positions, writer
+    pos, rows = job.positions, StepRows()
     metrics = [m for m in GRADIENT_METRICS if tiny or m != "grad_tiny_frac"]
-    groups = [(layout.layer_of[pos], layout.layers.names), (layout.expert_of[pos], layout.experts.names)]
-    for group, names in groups:
-        if not (group >= 0).any():
+    for group, names in ((layout.layer_of[pos], layout.layer_names), (layout.expert_of[pos], layout.expert_names)):
+        if not len(names) or not (group >= 0).any():
             continue
         per = aggregate(values, group, len(names))
         present = per["numel"] > 0
-        entities = np.array(names, dtype=object)[present]
+        entities = names[present]
         for m in metrics:
-            w.add_many(step, "gradient", m, entities, per[m][present])
+            rows.add("gradient", m, entities, per[m][present])
     total = aggregate(values, np.zeros(len(pos), dtype=np.int64), 1)
     for m in metrics:
-        w.add(step, "gradient", m, "", float(total[m][0]))
-    counts = hist.sum(axis=0)
-    nz = np.flatnonzero(counts)
-    if len(nz):
-        w.add_columns(np.full(len(nz), step), "gradient", [f"grad_log2_hist:{HIST_LABELS[k]}" for k in nz], "",
-                      counts[nz].astype(np.float64))
+        rows.add("gradient", m, ("",), total[m])
+    if hist is not None:
+        counts = hist.sum(axis=0)
+        nz = np.flatnonzero(counts)
+        for k in nz:
+            rows.add("gradient", _HIST_METRICS[k], ("",), counts[k])
     for r in routers:
-        rows = np.isin(pos, r.params)
-        if rows.any():
-            w.add(step, "gradient", "router_grad_norm", r.name, float(np.sqrt(values[rows, _COL["sumsq"]].sum())))
+        hit = np.isin(pos, r.params)
+        if hit.any():
+            rows.add("gradient", "router_grad_norm", (r.name,), np.sqrt(values[hit, _COL["sumsq"]].sum()))
     if job.skipped:
-        w.add(step, "convergence", "skipped_iterations", "", 1.0)
+        rows.add("convergence", "skipped_iterations", ("",), 1.0)
+    rows.write(writer, job.step)
     return float(total["grad_norm"][0])
 
 
@@ -183,12 +246,15 @@ def start_updates(layout: ParamLayout, snaps: Snapshots) -> UpdateJob:
     return job
 
 
+_WHOLE = np.array([""], dtype=object)
+
+
 def write_updates(job: UpdateJob, layout: ParamLayout, writer: TelemetryWriter) -> None:
     """Wait for an update job and write update_norm, weight_norm and update_ratio per layer, expert and ''."""
     norms, _ = job.split.finish()
-    pos = job.positions
-    for group, names in ((layout.layer_of[pos], layout.layers.names), (layout.expert_of[pos], layout.experts.names),
-                         (np.zeros(len(pos), dtype=np.int64), [""])):
+    pos, rows = job.positions, StepRows()
+    for group, names in ((layout.layer_of[pos], layout.layer_names), (layout.expert_of[pos], layout.expert_names),
+                         (np.zeros(len(pos), dtype=np.int64), _WHOLE)):
         keep = group >= 0
         if not keep.any():
             continue
@@ -196,9 +262,10 @@ def write_updates(job: UpdateJob, layout: ParamLayout, writer: TelemetryWriter) 
         upd = np.sqrt(np.bincount(g, weights=norms[keep, 0] ** 2, minlength=len(names)))
         wgt = np.sqrt(np.bincount(g, weights=norms[keep, 1] ** 2, minlength=len(names)))
         used = np.bincount(g, minlength=len(names)) > 0
-        entities = np.array(names, dtype=object)[used]
+        entities = names[used]
         with np.errstate(invalid="ignore", divide="ignore"):
             ratio = np.where(wgt > 0, upd / wgt, np.nan)
-        writer.add_many(job.step, "gradient", "update_norm", entities, upd[used])
-        writer.add_many(job.step, "gradient", "weight_norm", entities, wgt[used])
-        writer.add_many(job.step, "gradient", "update_ratio", entities, ratio[used])
+        rows.add("gradient", "update_norm", entities, upd[used])
+        rows.add("gradient", "weight_norm", entities, wgt[used])
+        rows.add("gradient", "update_ratio", entities, ratio[used])
+    rows.write(writer, job.step)

@@ -27,7 +27,7 @@ def _raw_bins(bits: int) -> np.ndarray:
     return _RAW_BINS[bits]
 
 
-def _one(x: Any, eps: float, large: float) -> tuple[Any, Any]:
+def _one(x: Any, eps: float, large: float, with_hist: bool) -> tuple[Any, Any]:
     import torch
 
     if x.dtype in (torch.float16, torch.bfloat16):
@@ -36,6 +36,7 @@ def _one(x: Any, eps: float, large: float) -> tuple[Any, Any]:
     a = x.abs()
     fin = torch.isfinite(x)
     nan = torch.isnan(x).sum()
+    infs = torch.isinf(x).sum()
     zeros = (x == 0).sum()
     xf = torch.where(fin, x, 0.0)
     any_fin = fin.any()
@@ -43,16 +44,7 @@ def _one(x: Any, eps: float, large: float) -> tuple[Any, Any]:
     mx = torch.where(fin, x, -inf).max() if x.numel() else x.new_tensor(-inf)
     nanv = x.new_tensor(math.nan)
     sumsq = torch.linalg.vector_norm(xf, dtype=torch.float64) ** 2
-    # Log2 histogram from the exponent bits (subnormals → "under", Inf and NaN share the top raw bin).
-    if x.dtype == torch.float64:
-        field = (x.reshape(-1).view(torch.int64) >> 52) & 0x7FF
-        table = torch.as_tensor(_raw_bins(64), device=x.device)
-    else:
-        field = (x.reshape(-1).view(torch.int32) >> 23) & 0xFF
-        table = torch.as_tensor(_raw_bins(32), device=x.device)
-    raw = torch.bincount(table[field.long()], minlength=HIST_BINS)
-    infs = raw[-1] - nan
-    hist = torch.cat([zeros.reshape(1), (raw[0] - zeros + raw[1]).reshape(1), raw[2:-1], infs.reshape(1)])
+    hist = _hist(x, zeros, infs) if with_hist else None
     row = torch.stack([
         x.new_tensor(float(x.numel()), dtype=torch.float64), xf.sum(dtype=torch.float64), sumsq, sumsq.sqrt(),
         torch.where(any_fin, torch.maximum(-mn, mx), nanv).double(), torch.where(any_fin, mn, nanv).double(),
@@ -62,17 +54,32 @@ def _one(x: Any, eps: float, large: float) -> tuple[Any, Any]:
     return row, hist
 
 
-def torch_stats_many(tensors: Sequence[Any], eps: float, *, large: float = math.inf) -> tuple[np.ndarray, np.ndarray]:
-    """``(values[n, len(STAT_FIELDS)], hist[n, HIST_BINS])`` like ``debugtune.native.tensor_stats_many``."""
+def _hist(x: Any, zeros: Any, infs: Any) -> Any:
+    """Log2 histogram from the exponent bits (subnormals → "under", Inf and NaN share the top raw bin)."""
+    import torch
+
+    if x.dtype == torch.float64:
+        field = (x.reshape(-1).view(torch.int64) >> 52) & 0x7FF
+        table = torch.as_tensor(_raw_bins(64), device=x.device)
+    else:
+        field = (x.reshape(-1).view(torch.int32) >> 23) & 0xFF
+        table = torch.as_tensor(_raw_bins(32), device=x.device)
+    raw = torch.bincount(table[field.long()], minlength=HIST_BINS)
+    return torch.cat([zeros.reshape(1), (raw[0] - zeros + raw[1]).reshape(1), raw[2:-1], infs.reshape(1)])
+
+
+def torch_stats_many(tensors: Sequence[Any], eps: float, *, large: float = math.inf,
+                     hist: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(values[n, len(STAT_FIELDS)], hist[n, HIST_BINS] or None)`` like ``debugtune.native.tensor_stats_many``."""
     import torch
 
     if not tensors:
-        return np.zeros((0, len(STAT_FIELDS))), np.zeros((0, HIST_BINS), dtype=np.int64)
+        return np.zeros((0, len(STAT_FIELDS))), (np.zeros((0, HIST_BINS), dtype=np.int64) if hist else None)
     with torch.no_grad():
-        rows, hists = zip(*(_one(t.detach(), eps, large) for t in tensors), strict=True)
+        rows, hists = zip(*(_one(t.detach(), eps, large, hist) for t in tensors), strict=True)
         values = torch.stack([r.to("cpu", non_blocking=False) for r in rows]).numpy()
-        hist = torch.stack([h.to("cpu") for h in hists]).numpy().astype(np.int64)
-    return values, hist
+        counts = torch.stack([h.to("cpu") for h in hists]).numpy().astype(np.int64) if hist else None
+    return values, counts
 
 
 def torch_update_norms(after: Sequence[Any], before: Sequence[Any]) -> np.ndarray:

@@ -19,13 +19,20 @@ struct Partial {
   double sum = 0, sumsq = 0;
   double mn = std::numeric_limits<double>::infinity(), mx = -std::numeric_limits<double>::infinity();
   double absmax = 0;
-  uint64_t zeros = 0, tiny = 0, large = 0, nan = 0;
+  uint64_t zeros = 0, tiny = 0, large = 0, nan = 0, nonfinite = 0;  // nonfinite: NaN and ±Inf
   uint64_t hist[NBINS] = {};
 };
 
-// Statistics of elements [begin, end) of t; eps and large are >= 0 (compared in the tensor's float
-// type: float32 for f32/f16/bf16, float64 for f64).
-void chunk_stats(const TensorRef &t, int64_t begin, int64_t end, double eps, double large, Partial &out);
+// What one pass computes besides the always-on fields (sums, min/max/absmax, zeros, tiny, NaN, Inf).
+struct StatsOptions {
+  double eps = 0;       // |x| < eps counts as tiny (>= 0)
+  double large = 0;     // |x| >= large counts as large (>= 0; +Inf: nothing is large, and the count is skipped)
+  bool hist = true;     // the log2 magnitude histogram
+};
+
+// Statistics of elements [begin, end) of t; eps and large are compared in the tensor's float type
+// (float32 for f32/f16/bf16, float64 for f64).
+void chunk_stats(const TensorRef &t, int64_t begin, int64_t end, const StatsOptions &opt, Partial &out);
 
 // Adds sum((a - b)^2) to out[0] and sum(a^2) to out[1] over elements [begin, end).
 void chunk_update(const TensorRef &a, const TensorRef &b, int64_t begin, int64_t end, double *out);

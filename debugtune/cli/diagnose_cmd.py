@@ -22,18 +22,20 @@ RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profile
 
 def _evidence_text(f: Finding, limit: int = 3) -> str:
     items = list(f.evidence.items())[:limit]
-    return ", ".join(f"{k}={v:.3g}" for k, v in items)
+    return "; ".join(f"{k} {v:.3g}" for k, v in items)
 
 
 def findings_table(findings: list[Finding]) -> Table:
+    """Findings in onset order; the symptom name is never cut, its dimension below it."""
     table = Table(title=f"{len(findings)} finding(s)", show_lines=False)
-    for col, kw in (("symptom", {}), ("dimension", {}), ("entity", {"overflow": "fold"}),
-                    ("steps", {"justify": "right"}), ("severity", {"justify": "right"}),
-                    ("evidence", {"overflow": "fold"})):
-        table.add_column(col, **kw)
+    table.add_column("symptom", no_wrap=True)
+    table.add_column("where", overflow="fold", ratio=2)
+    table.add_column("steps", justify="right", no_wrap=True)
+    table.add_column("sev", justify="right", no_wrap=True)
+    table.add_column("evidence", overflow="fold", ratio=3)
     for f in findings:
-        table.add_row(f.symptom, f.dimension, escape(f.entity or "(run)"), f"{f.onset_step}–{f.end_step}",
-                      f"{f.severity:.2f}", escape(_evidence_text(f)))
+        table.add_row(f"{f.symptom}\n[dim]{f.dimension}[/]", escape(f.entity or "(run)"),
+                      f"{f.onset_step}–{f.end_step}", f"{f.severity:.2f}", escape(_evidence_text(f)))
     return table
 
 

@@ -44,6 +44,24 @@ def test_replaying_twice_with_the_same_overrides_is_bitwise_identical(checkpoint
     assert np.array_equal(tokens_a, tokens_b)
 
 
+def test_an_in_memory_checkpoint_is_a_snapshot_that_replays_leave_untouched(tmp_path):
+    """Replays from the same Checkpoint object (as a tuning session does, trial after trial) and training
+    the saved job further change nothing in it: Adam's state loaded by load_state_dict would otherwise
+    alias the checkpoint's tensors and each replay would start from the previous one's end."""
+    torch.set_num_threads(1)
+    job = build_moe(CFG)
+    for _ in range(10):
+        train_step(job)
+    ckpt = Checkpoint.save(tmp_path / "m.pt", job.model, job.optimizer, job.scheduler, job.sampler, step=job.step)
+    from_disk = _replay(ckpt, OVERRIDES)  # _replay reads the file
+    for _ in range(5):
+        train_step(job)  # the saved job goes on training
+    runs = [replay(ckpt, ov, 15, train_step, job=build_moe(CFG), apply_overrides=apply_overrides)
+            for ov in (OVERRIDES, {}, OVERRIDES)]
+    assert runs[0].digest == runs[2].digest == from_disk.digest
+    assert runs[1].digest == _replay(ckpt, {}).digest
+
+
 def test_overrides_change_the_trajectory_and_the_balance(checkpoint):
     fixed = _replay(checkpoint, OVERRIDES, steps=25)
     faulty = _replay(checkpoint, {}, steps=25)

@@ -172,3 +172,24 @@ def test_remedy_and_top_suggestion_exclude_each_other(world):
     r = runner.invoke(tune_app, ["auto", "moe-target", "--remedy", "RouterInitRescale", "--top-suggestion",
                                  "--trial", "python t.py {init_std}", "--store", world["store"]])
     assert isinstance(r.exception, DebugtuneError) and "exactly one of --remedy" in str(r.exception)
+
+
+def test_the_combined_gate_init_remedy_spans_router_std_and_balance_loss(world):
+    """kb:RouterRebalance (cases/remedies-tuning.ttl) tunes both knobs, with the single-knob remedies' ranges."""
+    from debugtune.engine.suggest import remedy_details
+    from debugtune.engine.tune import SearchSpace
+
+    st = open_store(world["store"])
+    try:
+        remedy = remedy_details(st, "RouterRebalance")
+        single = {p.name: p for r in ("RouterInitRescale", "EnableAuxLoss") for p in remedy_details(st, r).parameters}
+    finally:
+        st.close()
+    assert "GateInitBias" in remedy.addresses
+    combined = {p.name: p for p in remedy.parameters}
+    assert sorted(combined) == ["aux_loss_coeff", "init_std"]
+    for name, p in combined.items():
+        q = single[name]
+        assert (p.kind, p.scale, p.low, p.high, p.default) == (q.kind, q.scale, q.low, q.high, q.default) == \
+            (q.kind, "log", q.low, q.high, q.default)
+    assert SearchSpace(list(combined.values())).dim == 2

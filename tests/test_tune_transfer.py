@@ -98,6 +98,31 @@ def test_rgpe_weights_favour_related_history_and_drop_misleading_history(histori
     assert last_bad["target"] > 0.5
 
 
+def test_the_warm_start_is_the_history_s_consensus_not_one_task_s_best():
+    """Task A's best is awful on B and B's best awful on A; the point good on both comes first, then the
+    tasks' own bests (most similar first) fill a batch."""
+    grid = [{"u": u, "v": v} for u in (0.1, 0.5, 0.9) for v in (0.1, 0.5, 0.9)]
+    a = [0.0 if p == grid[0] else 0.2 if p == grid[4] else 5.0 if p == grid[8] else 2.0 for p in grid]
+    b = [0.0 if p == grid[8] else 0.2 if p == grid[4] else 5.0 if p == grid[0] else 2.0 for p in grid]
+    history = [Task("a", tuple(grid), tuple({"y": y} for y in a), similarity=0.95),
+               Task("b", tuple(grid), tuple({"y": y} for y in b), similarity=0.9)]
+    first, second, third = Tuner(SPACE, Y, history=history, seed=0, parallel=3).ask()
+    assert first == pytest.approx(grid[4]) and second == pytest.approx(grid[0]) and third == pytest.approx(grid[8])
+
+
+def test_an_observed_configuration_is_not_proposed_again():
+    """The optimum sits in a corner the history agrees on; once the target has it, EI on the ensemble's mean
+    would propose it again (seen at experiment 8 before the rule); a repeat is replaced by a new point."""
+    def f(p):
+        return (1 - p["u"]) ** 2 + 0.3 * (1 - p["v"]) ** 2
+
+    grid = [{"u": u / 4, "v": v / 4} for u in range(5) for v in range(5)]
+    history = [Task(f"h{i}", tuple(grid), tuple({"y": 1.3 * f(p) + i} for p in grid)) for i in range(2)]
+    res = session(f, history, seed=0, n=8)
+    points = [(t.params["u"], t.params["v"]) for t in res.trials]
+    assert points[0] == (1.0, 1.0) and len(set(points)) == len(points), points
+
+
 def test_a_parallel_batch_holds_distinct_points_from_local_penalisation():
     tuner = Tuner(SPACE, Y, seed=3, parallel=3, stop=StopRule(max_experiments=9))
     res = tuner.run(lambda reqs: [TrialOutcome({"y": TARGET(r.params)}, 0.0) for r in reqs])

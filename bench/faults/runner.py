@@ -4,7 +4,8 @@ Output layout under ``--out`` (default ``bench/faults/out``):
   runs/<run_id>/          the run directory: only what the probe wrote (telemetry, run.json)
   labels/<run_id>.json    the cell (fault, severity, seed, onset), the program's summary figures
   outcomes/<run_id>.npz   the program's own per-step series (for the manifestation criteria)
-A cell is retrained only when its label or run directory is missing, or with ``retrain``.
+A cell is retrained when its label or run directory is missing, when its label was written by another code
+version (``bench.faults.version``: the scenarios, the probe and its settings changed since), or with ``retrain``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from bench.faults import criteria
 from bench.faults.matrix import Cell, healthy_cell
+from bench.faults.version import code_version
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 from debugtune.scenarios.programs import PROGRAMS, Outcome, run
 
@@ -48,13 +50,14 @@ def is_cached(out: Path, cell: Cell, probe: bool) -> bool:
         meta = json.loads(label.read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    if meta.get("probe") != probe:
+    if meta.get("probe") != probe or meta.get("code_version") != code_version():
         return False
     return not probe or (run_dir(out, cell) / "run.json").exists()
 
 
-def train_cell(out: Path, cell: Cell, probe: bool) -> dict[str, Any]:
-    """Train one cell into its run directory and store its label and outcome; returns the label."""
+def train_cell(out: Path, cell: Cell, probe: bool, version: str | None = None) -> dict[str, Any]:
+    """Train one cell into its run directory and store its label (with the code ``version`` it was trained
+    by, the current one by default) and outcome; returns the label."""
     rd = run_dir(out, cell)
     if rd.exists():
         shutil.rmtree(rd)
@@ -63,7 +66,8 @@ def train_cell(out: Path, cell: Cell, probe: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     oc = run(cell.program, cell.overrides, seed=cell.seed, run_dir=rd if probe else None, probe=probe,
              run_id=cell.run_id)
-    label = {**cell.label(), "probe": probe, "train_s": round(time.perf_counter() - t0, 3), "summary": oc.summary}
+    label = {**cell.label(), "probe": probe, "code_version": version or code_version(),
+             "train_s": round(time.perf_counter() - t0, 3), "summary": oc.summary}
     _outcome_path(out, cell).parent.mkdir(parents=True, exist_ok=True)
     tmp = _outcome_path(out, cell).with_suffix(".tmp.npz")
     np.savez_compressed(tmp, **oc.series)
@@ -79,16 +83,17 @@ def load_outcome(out: Path, cell: Cell) -> Outcome:
     return Outcome(cell.program, series, label["summary"])
 
 
-def _train_worker(args: tuple[str, Cell, bool]) -> tuple[Cell, dict[str, Any]]:
+def _train_worker(args: tuple[str, Cell, bool, str]) -> tuple[Cell, dict[str, Any]]:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    out, cell, probe = args
-    return cell, train_cell(Path(out), cell, probe)
+    out, cell, probe, version = args
+    return cell, train_cell(Path(out), cell, probe, version)
 
 
 def train_all(out: Path, cells: Iterable[Cell], *, probe: bool, retrain: bool, jobs: int,
               progress: Callable[[Cell, bool], None] | None = None) -> None:
     """Train every cell not cached (or all with ``retrain``); ``jobs`` worker processes for the single-process
     programs, the multi-process (gloo) ones one after another in this process."""
+    version = code_version()
     todo = [c for c in cells if retrain or not is_cached(out, c, probe)]
     done = [c for c in cells if c not in todo]
     for c in done:
@@ -98,13 +103,13 @@ def train_all(out: Path, cells: Iterable[Cell], *, probe: bool, retrain: bool, j
     pooled = [c for c in todo if c not in local]
     if pooled:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(_train_worker, (str(out), c, probe)) for c in pooled]
+            futures = [pool.submit(_train_worker, (str(out), c, probe, version)) for c in pooled]
             for fut in as_completed(futures):
                 cell, _ = fut.result()
                 if progress:
                     progress(cell, False)
     for c in local:
-        train_cell(out, c, probe)
+        train_cell(out, c, probe, version)
         if progress:
             progress(c, False)
 

@@ -27,14 +27,15 @@ class Context:
     def meta(self) -> dict:
         return self.view.meta
 
+    @staticmethod
+    def spacing(steps: np.ndarray) -> float:
+        """Training steps between two samples of a series recorded at ``steps`` (the median gap; 1 when unknown)."""
+        return max(float(np.median(np.diff(steps))), 1.0) if steps.size >= 2 else 1.0
+
     def persist(self, key: str, steps: np.ndarray) -> int:
         """The persistence window ``key`` (training steps) in samples of a series recorded at ``steps``: a
         metric the probe writes every k-th step (update ratios on detail steps) needs fewer samples."""
-        window = self.th.int(key)
-        if steps.size < 2:
-            return window
-        spacing = float(np.median(np.diff(steps)))
-        return max(1, int(np.ceil(window / max(spacing, 1.0))))
+        return max(1, int(np.ceil(self.th.int(key) / self.spacing(steps))))
 
 
 @dataclass

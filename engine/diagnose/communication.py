@@ -99,7 +99,7 @@ def _slow_rank(ctx: Context, res: FamilyResult) -> None:
     slow = top if by_vote else slow_by_time
     rank = int(ranks[slow])
     steps, indicator = _indicator(per_step_votes, comp, slow, n, sign)
-    persist = min(th.int("communication.persist_steps"), steps.size)
+    persist = min(ctx.persist("communication.persist_steps", steps), steps.size)
     # onset: where the slow rank starts to stand out (a mean shift of its indicator), else from the start
     start = change_point(np.nan_to_num(indicator), th["communication.onset_z"])
     excess = 0.0
@@ -183,7 +183,7 @@ def _slow_link(ctx: Context, res: FamilyResult) -> None:
     if ratio >= th["communication.slow_link.ratio"]:
         return
     mask = ffill(grid.values[slow]) < th["communication.slow_link.ratio"] * avg
-    start = first_run(mask, min(th.int("communication.persist_steps"), mask.size)) or 0
+    start = first_run(mask, min(ctx.persist("communication.persist_steps", grid.steps), mask.size)) or 0
     res.add(make_finding(
         "SlowLink", DIM, str(grid.labels[slow]), grid.steps, start, grid.steps.size - 1,
         severity(1 / max(ratio, 1e-9), 1 / th["communication.slow_link.ratio"], 100.0),
@@ -240,7 +240,7 @@ def _bandwidth(ctx: Context, res: FamilyResult) -> None:
         "LowBandwidthUtilization", DIM, op, s, 0, s.size - 1,
         severity(1 / max(level, 1e-6), 1 / th["communication.bandwidth.util_low"], 20.0),
         {"utilisation": level, "busbw_gbps": float(np.nanmedian(u) * peak), "peak_gbps": float(peak)},
-        "communication.bandwidth", th.int("communication.persist_steps") - 1), (s, u))
+        "communication.bandwidth", ctx.persist("communication.persist_steps", s) - 1), (s, u))
 
 
 def _comm_share(ctx: Context, res: FamilyResult) -> None:
@@ -258,11 +258,12 @@ def _comm_share(ctx: Context, res: FamilyResult) -> None:
     if not level > limit:
         return
     mask = share > limit
-    start = first_run(mask, min(th.int("communication.persist_steps"), mask.size)) or 0
+    persist = min(ctx.persist("communication.persist_steps", c.steps), mask.size)
+    start = first_run(mask, persist) or 0
     res.add(make_finding(
         "HighCommunicationShare", DIM, "", c.steps, start, c.steps.size - 1, severity(level, limit, 1.0),
         {"share": level, "metric_is_exposed": 1.0 if num == "comm_not_overlapped_ms" else 0.0},
-        "communication.comm_share", start + th.int("communication.persist_steps") - 1), (c.steps, share))
+        "communication.comm_share", start + persist - 1), (c.steps, share))
 
 
 def _alltoall(ctx: Context, res: FamilyResult) -> None:
@@ -278,7 +279,8 @@ def _alltoall(ctx: Context, res: FamilyResult) -> None:
     imb = np.nan_to_num(imb, nan=1.0)
     limit = th["communication.alltoall.imbalance"]
     mask = imb >= limit
-    start = first_run(mask, min(th.int("communication.persist_steps"), mask.size))
+    persist = min(ctx.persist("communication.persist_steps", g.steps), mask.size)
+    start = first_run(mask, persist)
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
     heavy = int(g.labels[int(np.argmax(g.values[:, start:].sum(axis=1)))])
@@ -286,7 +288,7 @@ def _alltoall(ctx: Context, res: FamilyResult) -> None:
         "AllToAllImbalance", DIM, f"rank:{heavy}", g.steps, start, g.steps.size - 1,
         severity(float(np.median(imb[start:])), limit, len(g.labels)),
         {"size_imbalance": float(np.median(imb[start:])), "heavy_rank": heavy},
-        "communication.alltoall", start + th.int("communication.persist_steps") - 1), (g.steps, imb))
+        "communication.alltoall", start + persist - 1), (g.steps, imb))
 
 
 def _step_time(ctx: Context, res: FamilyResult) -> None:
@@ -307,7 +309,7 @@ def _step_time(ctx: Context, res: FamilyResult) -> None:
     rise = trend / max(base, 1e-12) - 1
     mask = rise >= th["communication.step_time.rise"]
     mask[: skip + w] = False
-    start = first_run(mask, max(w, th.int("communication.persist_steps")))
+    start = first_run(mask, max(w, ctx.persist("communication.persist_steps", g.steps)))
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
     level = float(np.median(rise[start:]))

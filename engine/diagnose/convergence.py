@@ -219,7 +219,7 @@ def _underconfident(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     a = np.clip(smooth(np.interp(curve.steps, s, acc), w), 0.0, 1.0)
     loss = smooth(curve.loss, w)
     start = float(np.median(curve.loss[: min(3, curve.n)]))
-    classes = max(2.0, float(np.exp(min(start, 30.0))))
+    classes = _classes(curve)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = np.clip(a, 1e-9, 1 - 1e-9)
         bound = -(p * np.log(p) + (1 - p) * np.log1p(-p)) + (1 - a) * np.log(max(classes - 1, 1.0))
@@ -339,7 +339,7 @@ def _oscillation(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     ev = {"relative_amplitude": (amp if periodic else bounce * level) / level, "loss_scale": level,
           "bounce_rel_amplitude": bounce}
     if periodic:
-        ev.update(period_steps=period_f, amplitude=amp, acf_peak=peak)
+        ev.update(period_steps=period_f * ctx.spacing(curve.steps), amplitude=amp, acf_peak=peak)
     else:
         ev.update(amplitude=bounce * level)
     rel = ev["relative_amplitude"]
@@ -388,7 +388,12 @@ def _overfitting(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
 
 def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     """Held-out accuracy above training accuracy (UMLAUT's check): the training labels or inputs are harder
-    than the held-out ones — noisy or corrupted labels, or train-only augmentation and regularisation."""
+    than the held-out ones — noisy or corrupted labels, or train-only augmentation and regularisation.
+
+    Judged over the evaluations after the early transient: the mean gap must reach the minimum and be
+    significant (its t-statistic over the evaluations, ``convergence.val_gap.z``), and the held-out accuracy
+    must be above chance by the same minimum (a model that learned nothing predicts the majority class, whose
+    share may differ between the splits)."""
     th, view = ctx.th, ctx.view
     if not (view.has("accuracy") and view.has("eval_accuracy")):
         return
@@ -404,18 +409,30 @@ def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve
     gap = ev - train_at
     limit = th["convergence.val_gap.min"]
     judged = es >= curve.steps[curve.judge_from]
-    mask = (gap >= limit) & judged
-    # a lasting condition, not a last-evaluation one: a model that memorises the noisy labels late closes it
-    if judged.sum() < th.int("convergence.overfit.min_evals") or \
-            mask[judged].mean() < th["convergence.val_gap.persist_frac"]:
+    if judged.sum() < th.int("convergence.overfit.min_evals"):
         return
+    g = gap[judged]
+    level = float(np.mean(g))
+    spread = float(np.std(g, ddof=1))
+    t = level / (spread / np.sqrt(g.size)) if spread > 0 else (np.inf if level > 0 else 0.0)
+    chance = 1.0 / _classes(curve)
+    if level < limit or t < th["convergence.val_gap.z"] or float(np.mean(ev[judged])) < chance + limit:
+        return
+    mask = (gap >= limit) & judged
     onset = first_run(mask, 2)
-    onset = int(np.argmax(mask)) if onset is None else onset
-    level = float(np.median(gap[judged]))
+    onset = int(np.argmax(judged)) if onset is None else onset
     res.add(make_finding(
         "ValidationAboveTraining", DIM, "", es, onset, es.size - 1, severity(level, limit, 0.5),
-        {"gap": level, "eval_accuracy": float(ev[-1]), "train_accuracy": float(train_at[-1])},
+        {"gap": level, "t_statistic": float(min(t, 1e3)), "eval_accuracy": float(ev[-1]),
+         "train_accuracy": float(train_at[-1]), "chance_accuracy": chance},
         "convergence.val_gap", onset), (es, gap))
+
+
+def _classes(curve: LossCurve) -> float:
+    """The number of classes K implied by the loss of the first steps (an untrained classifier is near chance,
+    cross-entropy ln K; the estimate errs high, so 1/K errs low)."""
+    start = float(np.median(curve.loss[: min(3, curve.n)]))
+    return max(2.0, float(np.exp(min(start, 30.0))))
 
 
 # -- experts --------------------------------------------------------------------------------------
@@ -464,7 +481,8 @@ def _experts(ctx: Context, res: FamilyResult) -> None:
         if len(rows) < 2:
             continue
         c = np.nan_to_num(grid.values[rows])
-        window = th.int("moe.window_steps")  # tokens summed over a few steps: counting noise averages out
+        # tokens summed over a few steps: counting noise averages out
+        window = ctx.persist("moe.window_steps", grid.steps)
         st = imbalance_stats(ndimage.uniform_filter1d(c, size=min(window, c.shape[1]), axis=1, mode="nearest"))
         prefix = f"{router}/" if router else ""
         mask = st["maxvio"] >= th["moe.imbalance.maxvio"]
@@ -485,8 +503,9 @@ def _experts(ctx: Context, res: FamilyResult) -> None:
         mean = st["total"] / len(rows)
         cold = np.nan_to_num(c) < th["moe.dead.frac_of_mean"] * mean
         dead_rows = []
+        dead_window = ctx.persist("moe.dead.steps", grid.steps)
         for k in range(len(rows)):
-            s = first_run(cold[k], th.int("moe.dead.steps"))
+            s = first_run(cold[k], dead_window)
             if s is not None and cold[k, s:].mean() >= th["moe.persist_frac"]:  # dead experts stay dead
                 dead_rows.append((k, s))
         if dead_rows:
@@ -496,7 +515,7 @@ def _experts(ctx: Context, res: FamilyResult) -> None:
                 float(np.clip(0.5 + len(dead_rows) / len(rows), 0.5, 1.0)),
                 {"dead_experts": len(dead_rows), "experts": len(rows),
                  "first_dead_expert": experts[min(dead_rows, key=lambda d: d[1])[0]]},
-                "moe.dead", onset + th.int("moe.dead.steps") - 1), (grid.steps, cold.sum(axis=0).astype(float)))
+                "moe.dead", onset + dead_window - 1), (grid.steps, cold.sum(axis=0).astype(float)))
         if dropped is not None:
             _dropping(ctx, res, router, dropped, grid.steps, st["total"])
 
@@ -507,7 +526,7 @@ def _dropping(ctx: Context, res: FamilyResult, router: str, dropped, steps: np.n
     if key is None:
         return
     d = np.interp(steps, dropped.steps, np.nan_to_num(dropped.row(key)))
-    window = th.int("moe.window_steps")
+    window = ctx.persist("moe.window_steps", steps)
     total_w = ndimage.uniform_filter1d(total, size=min(window, total.size), mode="nearest")
     d_w = ndimage.uniform_filter1d(d, size=min(window, d.size), mode="nearest")
     with np.errstate(divide="ignore", invalid="ignore"):  # expert_tokens counts assignments before capacity

@@ -64,6 +64,7 @@ def detect(ctx: Context) -> FamilyResult:
     _drift(ctx, res, steps, gnorm)
     _sawtooth(ctx, res, steps, gnorm)
     _dead_units(ctx, res)
+    _dead_outputs(ctx, res, norms)
     _saturation(ctx, res)
     _zero_update(ctx, res, norms)
     _update_ratio(ctx, res)
@@ -266,7 +267,8 @@ def _sawtooth(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndar
     res.add(make_finding(
         "GradNormSawtooth", DIM, "", steps, judge_from, g.size - 1,
         severity(corr, th["gradient.sawtooth.acf"], 1.0),
-        {"period_steps": float(period), "autocorrelation": corr, "rising_share": rising, "peak_to_trough": swing},
+        {"period_steps": float(period) * ctx.spacing(steps), "autocorrelation": corr, "rising_share": rising,
+         "peak_to_trough": swing},
         "gradient.sawtooth", min(g.size - 1, judge_from + 2 * period)), (steps[judge_from:], resid))
 
 
@@ -316,6 +318,47 @@ def _dead_units(ctx: Context, res: FamilyResult) -> None:
         (grid.steps, ffill(grid.values[i])))
 
 
+def _dead_outputs(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+    """Output units that receive no gradient: something between the logits and the loss cuts it (a ReLU or
+    clamp on the logits before a from-logits loss).
+
+    A linear layer's weight gradient is δᵀh over the batch. In a healthy network δ at the output is dense
+    (softmax cross-entropy gives every output a non-zero error), so the output layer's exact zeros come only
+    from inputs that are zero across the batch — the same units zero the rows of the previous layer's gradient,
+    which therefore has at least as many. The output layer having clearly *more* exact zeros than the layer
+    before it means whole output rows got no error; a gradient that is zero everywhere, the output layer
+    included, while the loss is still high is the extreme case."""
+    th, view = ctx.th, ctx.view
+    if not view.has("grad_zero_frac"):
+        res.note("DeadOutputUnits not judged: grad_zero_frac not recorded")
+        return
+    zf = _layers(ctx, view.by_entity("grad_zero_frac"))
+    if len(zf.labels) < 2:
+        res.note("DeadOutputUnits not judged: fewer than two layers recorded")
+        return
+    res.judge("DeadOutputUnits")
+    head, before = ffill(zf.values[-1]), ffill(zf.values[-2])
+    excess = head - before
+    limit = th["gradient.dead_outputs.excess"]
+    out_norm = np.interp(zf.steps, norms.steps, ffill(norms.row(zf.labels[-1]))) \
+        if zf.labels[-1] in norms.labels else np.full(zf.steps.size, np.nan)
+    silent = (np.nan_to_num(out_norm, nan=1.0) <= th["gradient.zero_update.eps"]) & _unconverged(ctx, zf.steps)
+    mask = (excess >= limit) | silent
+    mask[: int(zf.steps.size * th["gradient.judge_after_frac"])] = False
+    persist = ctx.persist("gradient.persist_steps", zf.steps)
+    start = first_run(mask, persist)
+    if start is None or mask[start:].mean() < th["gradient.persist_frac"]:
+        return
+    level = float(np.median(excess[start:]))
+    all_zero = float(silent[start:].mean())
+    sev = 1.0 if all_zero >= 0.5 else severity(max(level, 1e-9), limit, 1.0)
+    res.add(make_finding(
+        "DeadOutputUnits", DIM, str(zf.labels[-1]), zf.steps, start, int(np.flatnonzero(mask)[-1]), sev,
+        {"output_zero_frac": float(np.median(head[start:])), "previous_zero_frac": float(np.median(before[start:])),
+         "excess_zero_frac": level, "all_zero_share": all_zero, "fraction_of_steps": float(mask[start:].mean())},
+        "gradient.dead_outputs", start + persist - 1), (zf.steps, np.where(silent, 1.0, excess)))
+
+
 def _saturation(ctx: Context, res: FamilyResult) -> None:
     th, view = ctx.th, ctx.view
     if not view.has("act_sat_frac"):
@@ -353,7 +396,7 @@ def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     grid = _layers(ctx, view.by_entity(metric)) if metric else Grid("", (), norms.steps, np.zeros((0, 0)))
     frozen: list[str] = []
     moving: list[str] = []
-    start = 0
+    start_step = int(norms.steps[0]) if norms.steps.size else 0
     if not grid.empty:
         v = np.abs(grid.values)
         zero = np.where(np.isnan(v), False, v <= th["gradient.zero_update.eps"])
@@ -361,7 +404,7 @@ def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
         frozen += [str(n) for n, f in zip(grid.labels, still, strict=True) if f]
         moving += [str(n) for n, f in zip(grid.labels, still, strict=True) if not f]
         if still.any():
-            start = int(np.argmax(zero[int(np.argmax(still))]))
+            start_step = int(grid.steps[int(np.argmax(zero[int(np.argmax(still))]))])
         frozen += [n for n in norms.labels if n not in grid.labels]  # gradients, but never updated
     frozen += [n for n in frozen_names if n not in frozen]
     if not frozen or (not moving and not grid.empty):
@@ -369,6 +412,8 @@ def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     layers = list(dict.fromkeys([*norms.labels, *grid.labels, *frozen_names]))
     ordered = layer_order(ctx.view, list(dict.fromkeys(frozen)))
     steps = norms.steps if norms.steps.size else grid.steps
+    # the update grid may be sparser than the gradient steps (detail steps only): find its step on this axis
+    start = min(int(np.searchsorted(steps, start_step)), steps.size - 1)
     share = len(set(frozen)) / max(len(layers), 1)
     res.add(make_finding(
         "ZeroUpdate", DIM, ordered[0], steps, start, steps.size - 1, float(np.clip(0.5 + share, 0.5, 1.0)),

@@ -40,7 +40,7 @@ def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool) -> tupl
     for i in range(len(grid.labels)):
         v = ffill(grid.values[i])
         mask = v < limit if below else v > limit
-        start = first_run(mask, th.int("hardware.persist_steps"))
+        start = first_run(mask, ctx.persist("hardware.persist_steps", grid.steps))
         if start is None or mask[start:].mean() < th["hardware.persist_frac"]:
             continue
         level = float(np.median(v[start:]))
@@ -65,7 +65,8 @@ def _utilisation(ctx: Context, res: FamilyResult) -> None:
     res.add(make_finding(
         "LowAcceleratorUtilization", DIM, str(grid.labels[i]) or "device", grid.steps, start, grid.steps.size - 1,
         severity(limit / max(level, 1e-3), 1.0, limit), {"util_pct": level, "threshold_pct": limit},
-        "hardware.util", start + th.int("hardware.persist_steps") - 1), (grid.steps, ffill(grid.values[i])))
+        "hardware.util", start + ctx.persist("hardware.persist_steps", grid.steps) - 1),
+        (grid.steps, ffill(grid.values[i])))
 
 
 def _memory(ctx: Context, res: FamilyResult) -> None:
@@ -86,7 +87,8 @@ def _memory(ctx: Context, res: FamilyResult) -> None:
     res.add(make_finding(
         "MemoryPressure", DIM, str(used.labels[i]) or "device", used.steps, start, used.steps.size - 1,
         severity(level, limit, 1.0), {"used_fraction": level, "threshold": limit},
-        "hardware.memory", start + th.int("hardware.persist_steps") - 1), (used.steps, ffill(frac.values[i])))
+        "hardware.memory", start + ctx.persist("hardware.persist_steps", used.steps) - 1),
+        (used.steps, ffill(frac.values[i])))
 
 
 def _throttling(ctx: Context, res: FamilyResult) -> None:
@@ -140,7 +142,7 @@ def _dataloader(ctx: Context, res: FamilyResult) -> None:
             share = wait.values / step.like(wait)
     abs_limit, share_limit = th["hardware.dataloader.wait_ms"], th["hardware.dataloader.share"]
     floor = th["hardware.dataloader.min_wait_ms"]
-    window = th.int("hardware.persist_steps")
+    window = ctx.persist("hardware.persist_steps", wait.steps)
     per_rank = np.nanmean(wait.values, axis=1)
     i = int(np.nanargmax(per_rank))
     w = smooth(ffill(wait.values[i]), window)  # the wait per step, averaged over a few steps
@@ -160,4 +162,4 @@ def _dataloader(ctx: Context, res: FamilyResult) -> None:
     res.add(make_finding(
         "DataLoaderWait", DIM, entity, wait.steps, start, wait.steps.size - 1,
         severity(float(np.mean(w[start:])), floor, abs_limit * 20), ev,
-        "hardware.dataloader", start + th.int("hardware.persist_steps") - 1), (wait.steps, w))
+        "hardware.dataloader", start + window - 1), (wait.steps, w))

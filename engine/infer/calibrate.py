@@ -97,30 +97,66 @@ class Scores:
     bins: list[tuple[float, float, int]]
 
 
-def evaluate(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Scores:
+def reachable_causes(model: CausalModel, symptoms: Iterable[str]) -> set[str]:
+    """Causes with a path of causal links to one of ``symptoms``: what the SPARQL rules (``dt:leadsTo`` closure,
+    ``dt:candidateCause``) derive, computed on the model so that a model calibrated on other runs can be scored
+    without asserting every run again."""
+    todo, seen = list(symptoms), set(symptoms)
+    while todo:
+        for link in model.parents.get(todo.pop(), ()):
+            if link.source not in seen:
+                seen.add(link.source)
+                todo.append(link.source)
+    return {c for c in seen if c in model.causes}
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """One labelled run scored: the reported causes, the confidence of the true cause and of the top candidate."""
+
+    truth: str | None
+    reported: tuple[str, ...]
+    p_truth: float
+    top: tuple[float, bool] | None
+
+
+def judge(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list[Judgement]:
+    out = []
+    for s in samples:
+        candidates = set(s.candidates) | reachable_causes(model, {f.symptom for f in s.findings})
+        r = rank(model, sorted(candidates), s.findings, s.judged, s.edges, th, s.steps)
+        best = r.candidates[0] if r.candidates else None
+        out.append(Judgement(s.truth, tuple(h.cause for h in r.hypotheses),
+                             r.confidences.get(s.truth, 0.0) if s.truth else 0.0,
+                             (best.confidence, best.cause == s.truth) if best and s.truth else None))
+    return out
+
+
+def summarise(judged: Sequence[Judgement]) -> Scores:
+    """Macro top-1/top-3 over fault types, false-positive rate on the controls, NLL of the truth, ECE."""
     hits: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     fp = controls = 0
     nll = 0.0
     tops: list[tuple[float, bool]] = []
-    for s in samples:
-        r = rank(model, s.candidates, s.findings, s.judged, s.edges, th, s.steps)
-        reported = [h.cause for h in r.hypotheses]
-        if s.truth is None:
+    for j in judged:
+        if j.truth is None:
             controls += 1
-            fp += bool(reported)
+            fp += bool(j.reported)
             continue
-        hits[s.truth].append((reported[:1] == [s.truth], s.truth in reported[:3]))
-        p = r.confidences.get(s.truth, 0.0)
-        nll -= math.log(max(p, 1e-6))
-        if r.candidates:
-            best = r.candidates[0]
-            tops.append((best.confidence, best.cause == s.truth))
+        hits[j.truth].append((j.reported[:1] == (j.truth,), j.truth in j.reported[:3]))
+        nll -= math.log(max(j.p_truth, 1e-6))
+        if j.top is not None:
+            tops.append(j.top)
     faults = sorted(hits)
     top1 = sum(sum(a for a, _ in hits[f]) / len(hits[f]) for f in faults) / max(len(faults), 1)
     top3 = sum(sum(b for _, b in hits[f]) / len(hits[f]) for f in faults) / max(len(faults), 1)
     bins, ece = reliability(tops)
     per = {f: (sum(a for a, _ in hits[f]), sum(b for _, b in hits[f]), len(hits[f])) for f in faults}
     return Scores(top1, top3, fp / max(controls, 1), nll / max(sum(len(v) for v in hits.values()), 1), ece, per, bins)
+
+
+def evaluate(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Scores:
+    return summarise(judge(samples, model, th))
 
 
 def reliability(tops: Iterable[tuple[float, bool]], n_bins: int = 10) -> tuple[list[tuple[float, float, int]], float]:
@@ -270,6 +306,49 @@ def calibration_turtle(samples: Sequence[Sample], th: Thresholds, *, min_rate: f
     return "\n".join(out), "\n".join(leaks)
 
 
+def seed_of(sample: Sample) -> str:
+    """The training seed of a labelled run (label ``program:name:severity:seed``)."""
+    return sample.label.rsplit(":", 1)[-1]
+
+
+def calibrated_store(samples: Sequence[Sample], th: Thresholds) -> Store:
+    """The knowledge base with a calibration (profiles, links, leaks) measured on ``samples`` only."""
+    from debugtune.kg.namespaces import GRAPH_KB
+
+    links, leaks = calibration_turtle(samples, th)
+    store = base_store()
+    store.load_data(links, graph=GRAPH_KB)
+    store.load_data(leaks, graph=GRAPH_KB)
+    return store
+
+
+@dataclass
+class Fold:
+    """One held-out seed: what the calibration fitted on the other seeds scores on it."""
+
+    seed: str
+    temperature: float
+    scores: Scores
+    judged: list[Judgement]
+
+
+def holdout(samples: Sequence[Sample], changes: Mapping[str, float], *, fit: bool = False) -> tuple[list[Fold], Scores]:
+    """Leave one seed out: calibrate (and with ``fit`` fit the temperature) on the runs of the other seeds, score
+    the runs of the held-out seed; returns the folds and the figures of all held-out predictions pooled."""
+    folds = []
+    for seed in sorted({seed_of(s) for s in samples}):
+        train = [s for s in samples if seed_of(s) != seed]
+        test = [s for s in samples if seed_of(s) == seed]
+        store = calibrated_store(train, with_values(Thresholds.from_store(base_store()), changes))
+        th = with_values(Thresholds.from_store(store), changes)
+        model = load_model(store)
+        if fit:
+            th = with_values(th, {"infer.temperature": fit_temperature(train, model, th)})
+        judged = judge(test, model, th)
+        folds.append(Fold(seed, th["infer.temperature"], summarise(judged), judged))
+    return folds, summarise([j for f in folds for j in f.judged])
+
+
 def with_values(th: Thresholds, changes: Mapping[str, float]) -> Thresholds:
     return Thresholds({**dict(th.items()), **changes})
 
@@ -302,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fit", action="store_true", help="fit the temperature and print the fitted value")
     ap.add_argument("--filter", default="", help="only runs whose program:name:severity:seed contains this")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an infer.* constant")
+    ap.add_argument("--holdout", action="store_true",
+                    help="leave one seed out: calibrate on the other seeds, score the held-out one (with --fit, the "
+                         "temperature is fitted on the other seeds too)")
     ap.add_argument("--write", action="store_true",
                     help=f"write the calibrated links ({LINKS_FILE}) and leaks ({LEAKS_FILE}) into cases/")
     args = ap.parse_args(argv)
@@ -326,6 +408,14 @@ def main(argv: list[str] | None = None) -> int:
         t = fit_temperature(samples, model, th)
         print(f"fitted temperature {t:.3f}")
         report(evaluate(samples, model, with_values(th, {"infer.temperature": t})))
+    if args.holdout:
+        changes = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
+        folds, pooled = holdout(samples, changes, fit=args.fit)
+        for f in folds:
+            print(f"held-out seed {f.seed} (temperature {f.temperature:.3f}): macro top-1 {f.scores.top1:.3f}  "
+                  f"top-3 {f.scores.top3:.3f}  healthy FP rate {f.scores.fpr:.3f}")
+        print("held-out predictions pooled over the seeds:")
+        report(pooled)
     return 0
 
 
@@ -333,4 +423,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["UNKNOWN", "Sample", "Scores", "collect", "evaluate", "fit_temperature", "reliability", "main"]
+__all__ = ["UNKNOWN", "Sample", "Scores", "collect", "evaluate", "fit_temperature", "holdout", "reliability", "main"]

@@ -12,6 +12,7 @@ bit (notes §6). Trials of a tuning session replay from a checkpoint taken befor
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import json
@@ -104,7 +105,8 @@ class Checkpoint:
             atomic_write_bytes(path, buf.getvalue())
         except OSError as err:
             raise CheckpointError(f"{path}: cannot write checkpoint: {err}") from err
-        return cls(path, int(step), payload)
+        # state_dict() shares storage with the live model and optimizer: keep what was written instead
+        return cls(path, int(step), torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True))
 
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
@@ -124,8 +126,11 @@ class Checkpoint:
 
     def restore(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
                 sampler: Any = None) -> None:
-        """Load every state into the given objects and set the RNGs as they were."""
-        p = self.payload
+        """Load every state into the given objects and set the RNGs as they were.
+
+        The checkpoint is left as it was: ``Optimizer.load_state_dict`` keeps the given state tensors
+        (Adam's moments) and updates them in place, so it gets a copy; the same object replays again."""
+        p = copy.deepcopy(self.payload)
         model.load_state_dict(p["model"])
         optimizer.load_state_dict(p["optimizer"])
         for name, obj in (("scheduler", scheduler), ("sampler", sampler)):

@@ -99,17 +99,42 @@ def _digest(X: np.ndarray, Y: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(X).tobytes() + np.ascontiguousarray(Y).tobytes()).hexdigest()
 
 
+class TaskGPs:
+    """Fitted GPs of historical tasks by their data, so a task's GP is fitted once per session (the tuner's
+    warm start and the RGPE model share one)."""
+
+    def __init__(self) -> None:
+        self._gps: dict[str, GPy.models.GPRegression] = {}
+
+    def get(self, X: np.ndarray, y: np.ndarray, rng: np.random.Generator, restarts: int) -> GPy.models.GPRegression:
+        X, y = np.asarray(X, float), np.asarray(y, float).reshape(-1, 1)
+        key = _digest(X, y)
+        gp = self._gps.get(key)
+        if gp is None:
+            gp = self._gps[key] = make_gp(X, zscore(y)[0])
+            fit_gp(gp, rng, restarts)
+        return gp
+
+
+def history_mean(gps: Sequence[GPy.models.GPRegression], X: np.ndarray) -> np.ndarray:
+    """The ensemble's mean before the target has any point: the uniform average of the historical tasks'
+    standardised posterior means at ``X`` (RGPE's weights are uniform then), shape (N,)."""
+    if not gps:
+        return np.zeros(len(X))
+    return np.mean([Posterior(gp).predict(np.atleast_2d(X))[0][:, 0] for gp in gps], axis=0)
+
+
 class RGPEModel(IModel, IDifferentiable):
     """The ensemble (see module doc). ``base_tasks``: per historical task ``(X, y)`` in the target's encoding."""
 
     def __init__(self, X: np.ndarray, Y: np.ndarray, base_tasks: Sequence[tuple[np.ndarray, np.ndarray]] = (),
                  *, rng: np.random.Generator, n_samples: int = 256, restarts: int = 2,
-                 task_names: Sequence[str] | None = None, variance: str = "target"):
+                 task_names: Sequence[str] | None = None, variance: str = "target", task_gps: TaskGPs | None = None):
         if variance not in VARIANCE_MODES:
             raise ValueError(f"variance mode {variance!r} is not one of {VARIANCE_MODES}")
         self.variance = variance
         self.rng, self.n_samples, self.restarts = rng, n_samples, restarts
-        self._cache: dict[str, GPy.models.GPRegression] = {}
+        self._task_gps = task_gps if task_gps is not None else TaskGPs()
         self._posteriors: dict[int, Posterior] = {}
         self.base: list[GPy.models.GPRegression] = []
         self.task_names: list[str] = []
@@ -125,20 +150,13 @@ class RGPEModel(IModel, IDifferentiable):
                        names: Sequence[str] | None = None) -> None:
         """Use these historical tasks; a task with fewer than 2 points is skipped."""
         names = list(names) if names is not None else [f"task{i}" for i in range(len(tasks))]
-        base, kept, cache = [], [], {}
+        base, kept = [], []
         for name, (Xb, yb) in zip(names, tasks, strict=True):
-            Xb, yb = np.asarray(Xb, float), np.asarray(yb, float).reshape(-1, 1)
             if len(yb) < 2:
                 continue
-            key = _digest(Xb, yb)
-            gp = self._cache.get(key)
-            if gp is None:
-                gp = make_gp(Xb, zscore(yb)[0])
-                fit_gp(gp, self.rng, self.restarts)
-            cache[key] = gp
-            base.append(gp)
+            base.append(self._task_gps.get(Xb, yb, self.rng, self.restarts))
             kept.append(name)
-        self._cache, self.base, self.task_names = cache, base, kept
+        self.base, self.task_names = base, kept
         live = {id(gp) for gp in base} | ({id(self.target)} if hasattr(self, "target") else set())
         self._posteriors = {k: v for k, v in self._posteriors.items() if k in live}
 

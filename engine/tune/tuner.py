@@ -3,11 +3,14 @@
 Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes the finished trials;
 :meth:`Tuner.run` drives both with an ``evaluate(requests) -> outcomes`` function (see ``trials.py``).
 
-* Initial design. With history: the best configuration of each historical task, most similar task
-  first (as many as the batch holds), then BO at once. Cold start: ``n_init`` random points.
+* Initial design. With history: first the historical configuration where the history's ensemble mean
+  is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
+  task, most similar task first (as many as the batch holds), then BO at once. Cold start: ``n_init``
+  random points.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
+  A proposal that repeats a configuration the target already has is replaced by the best new one under EI.
 * Several objectives: ParEGO; new scalarisation weights each iteration, history scalarised alike.
 * Failed trials stay recorded as failed; the model sees them at the worst value observed, so it does
   not propose them again.
@@ -31,10 +34,14 @@ from emukit.core.optimization import GradientAcquisitionOptimizer, RandomSearchA
 from debugtune.engine.tune.data import Objective, Task, Trial, TrialOutcome, TrialRequest, TuningResult, finite
 from debugtune.engine.tune.errors import TuneError
 from debugtune.engine.tune.pareto import ParEGO, hypervolume, pareto_mask, reference_point
-from debugtune.engine.tune.rgpe import RGPEModel, seeded_global
+from debugtune.engine.tune.rgpe import RGPEModel, TaskGPs, history_mean, seeded_global
 from debugtune.engine.tune.space import SearchSpace
 
 STRATEGIES = ("bayesian", "random")
+REPLACEMENT_CANDIDATES = 2000
+MIN_DISTANCE = 0.02
+"""Replacing a repeated proposal: random candidates drawn, and their least distance (encoded space, where
+every numeric range is [0, 1]) from the configurations already taken."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,7 @@ class Tuner:
         self.prior_X, self.prior_F = self._encode_rows(prior)
         self.trials: list[Trial] = []
         self._model: RGPEModel | None = None
+        self._task_gps = TaskGPs()
         self._weights: dict[str, float] = {}
         self._batch = 0
         self._origin = "bo"
@@ -151,6 +159,9 @@ class Tuner:
     def _historical_design(self, n: int) -> np.ndarray:
         order = sorted(range(len(self.history)), key=lambda i: -self.history[i][0].similarity)
         picks: list[np.ndarray] = []
+        warm = self._warm_start()
+        if warm is not None:
+            picks.append(warm)
         scored = []
         for i in order:
             _task, Xh, Fh = self.history[i]
@@ -168,6 +179,17 @@ class Tuner:
             picks.append(self.space.sample(1, self.rng)[0])
         return np.array(picks)
 
+    def _warm_start(self) -> np.ndarray | None:
+        """The historical configuration where the history's ensemble mean is lowest (RGPE's mean before the
+        target has a point: the uniform average of the tasks' standardised GP means), or None without any
+        task of two or more experiments."""
+        tasks = [(Xh, self._scalar(Fh)) for _t, Xh, Fh in self.history if len(Xh) >= 2]
+        if not tasks:
+            return None
+        gps = [self._task_gps.get(Xh, yh, self.rng, self.restarts) for Xh, yh in tasks]
+        candidates = np.unique(self.space.round(np.concatenate([Xh for Xh, _y in tasks])), axis=0)
+        return candidates[int(np.argmin(history_mean(gps, candidates)))]
+
     def _bo_points(self, n: int) -> np.ndarray:
         if self.parego is not None:
             self.parego.resample()
@@ -176,7 +198,8 @@ class Tuner:
         tasks = [(Xh, self._scalar(Fh)) for _t, Xh, Fh in self.history]
         names = [t.name for t, _x, _f in self.history]
         if self._model is None:
-            self._model = RGPEModel(X, Y, tasks, rng=self.rng, restarts=self.restarts, task_names=names)
+            self._model = RGPEModel(X, Y, tasks, rng=self.rng, restarts=self.restarts, task_names=names,
+                                    task_gps=self._task_gps)
         else:
             self._model.set_base_tasks(tasks, names)
             self._model.set_data(X, Y)
@@ -188,11 +211,30 @@ class Tuner:
                 optimizer = RandomSearchAcquisitionOptimizer(self.space.emukit, num_eval_points=2000)
             else:
                 optimizer = GradientAcquisitionOptimizer(self.space.emukit, num_samples=500, num_anchor=2)
-            loop = BayesianOptimizationLoop(self.space.emukit, model, ExpectedImprovement(model),
-                                            batch_size=n, acquisition_optimizer=optimizer)
+            acquisition = ExpectedImprovement(model)
+            loop = BayesianOptimizationLoop(self.space.emukit, model, acquisition, batch_size=n,
+                                            acquisition_optimizer=optimizer)
             with np.errstate(all="ignore"):
-                points = loop.get_next_points(None)
-        return self.space.round(points)
+                points = self._distinct(self.space.round(loop.get_next_points(None)), X, acquisition)
+        return points
+
+    def _distinct(self, points: np.ndarray, X: np.ndarray, acquisition: ExpectedImprovement) -> np.ndarray:
+        """Each proposal that repeats a configuration the target already has (or an earlier one of the batch)
+        is replaced by the best of random candidates under ``acquisition`` that are at least ``MIN_DISTANCE``
+        away from all of them. (RGPE's mean at an observed point is the ensemble's, not the observation, so EI
+        can stay positive there; a repeated deterministic trial would teach nothing.)"""
+        taken = [*X]
+        out = []
+        for x in points:
+            if any(np.allclose(x, t, atol=1e-9) for t in taken):
+                cands = self.space.sample(REPLACEMENT_CANDIDATES, self.rng)
+                gap = np.min(np.linalg.norm(cands[:, None, :] - np.array(taken)[None], axis=2), axis=1)
+                far = cands[gap >= MIN_DISTANCE]
+                if len(far):
+                    x = far[int(np.argmax(acquisition.evaluate(far)[:, 0]))]
+            out.append(x)
+            taken.append(x)
+        return np.array(out).reshape(len(points), self.space.dim)
 
     # -- tell ------------------------------------------------------------------------------------------
     def tell(self, requests: Sequence[TrialRequest], outcomes: Sequence[TrialOutcome]) -> list[Trial]:

@@ -257,3 +257,19 @@ def test_hardware_counters(tmp_path, th, rng):
     d = run_and_diagnose(tmp_path, th, {0: rows}, meta={"device_kind": "cuda"})
     assert {"LowAcceleratorUtilization", "MemoryPressure", "ThermalThrottling"} <= symptoms(d)
     assert finding(d, "ThermalThrottling").evidence["clock_deficit"] > 0.1
+
+
+def test_balance_loss_negligible_only_without_a_balancing_term(tmp_path, th, rng):
+    def rows(coeff):
+        base = moe_rows(rng)
+        loss = next(v for _d, m, _e, v in base if m == "loss")
+        return [*base, ("convergence", "aux_loss", "", coeff * (1.0 + 0.2 * rng.random(loss.size)))]
+
+    d = run_and_diagnose(tmp_path / "usual", th, {0: rows(1e-2)})
+    assert "BalanceLossNegligible" in d.judged and "BalanceLossNegligible" not in symptoms(d)
+    f = finding(run_and_diagnose(tmp_path / "off", th, {0: rows(0.0)}), "BalanceLossNegligible")
+    assert f.evidence["aux_share_of_loss"] == 0.0 and f.severity == 1.0
+    weak = finding(run_and_diagnose(tmp_path / "weak", th, {0: rows(1e-4)}), "BalanceLossNegligible")
+    assert 0.5 < weak.severity < 1.0 and weak.evidence["aux_share_of_loss"] < th["moe.balance_loss.max_share"]
+    d = run_and_diagnose(tmp_path / "unlogged", th, {0: moe_rows(rng)})
+    assert "BalanceLossNegligible" not in d.judged

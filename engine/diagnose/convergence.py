@@ -72,6 +72,7 @@ def detect(ctx: Context) -> FamilyResult:
         res.note("loss curve not diagnosed: no loss metric in the telemetry")
     if view.has("expert_tokens"):
         _experts(ctx, res)
+        _balance_loss(ctx, res)
     return res
 
 
@@ -543,3 +544,31 @@ def _dropping(ctx: Context, res: FamilyResult, router: str, dropped, steps: np.n
         severity(level, th["moe.dropping.frac"], 0.9),
         {"drop_fraction": level, "drop_fraction_max": float(frac.max()), "episode_steps": length},
         "moe.dropping", start + persist - 1), (steps, frac))
+
+
+def _balance_loss(ctx: Context, res: FamilyResult) -> None:
+    """The load-balancing loss term (``aux_loss``, as added to the loss) a negligible share of the training loss:
+    the router gets no balancing gradient (coefficient 0, or far below the usual 1e-2)."""
+    th, view = ctx.th, ctx.view
+    if not (view.has("aux_loss") and view.has("loss")):
+        res.note("BalanceLossNegligible not judged: aux_loss or loss not recorded")
+        return
+    steps, aux = view.series("aux_loss")
+    if steps.size < th.int("diagnose.min_steps"):
+        return
+    res.judge("BalanceLossNegligible")
+    ls, loss = view.series("loss")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.abs(ffill(aux)) / np.abs(np.interp(steps, ls, ffill(loss)))
+    limit = th["moe.balance_loss.max_share"]
+    mask = np.nan_to_num(share, nan=np.inf) < limit
+    persist = ctx.persist("moe.persist_steps", steps)
+    start = first_run(mask, persist)
+    if start is None or mask[start:].mean() < th["moe.persist_frac"]:
+        return
+    level = float(np.nanmedian(share[start:]))
+    res.add(make_finding(
+        "BalanceLossNegligible", DIM, "", steps, start, steps.size - 1,
+        severity(limit / max(level, limit * 1e-3), 1.0, 1e3),
+        {"aux_share_of_loss": level, "aux_loss": float(np.nanmedian(np.abs(aux[start:]))), "threshold": limit},
+        "moe.balance_loss", start + persist - 1), (steps, share))

@@ -117,6 +117,8 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "Overfitting": lambda f: (f"validation loss rose {_g(f.evidence, 'relative_rise'):.0%} above its minimum "
                               f"{_g(f.evidence, 'eval_loss_min'):.3g} from step {f.onset_step} while the training loss "
                               f"kept falling"),
+    "BalanceLossNegligible": lambda f: (f"the load-balancing loss was {_g(f.evidence, 'aux_share_of_loss'):.1e} of the "
+                                        f"training loss from step {f.onset_step} (no balancing pressure)"),
     "DeadExperts": lambda f: (f"{int(_g(f.evidence, 'dead_experts'))} of {int(_g(f.evidence, 'experts'))} experts got "
                               f"almost no tokens from step {f.onset_step}"),
     "TokenDropping": lambda f: (f"{_g(f.evidence, 'drop_fraction'):.1%} of token assignments were dropped from step "

@@ -158,3 +158,12 @@ def test_infer_asserts_hypotheses_derived_from_findings(kb_store, th):
     assert read_hypotheses(kb_store, "infer-test") == []
     assert not kb_store.query(f"""ASK {{ GRAPH <{GRAPH_INFERRED}> {{
         <{run_base('infer-test')}> dt:candidateCause ?c }} }}""").value
+
+
+def test_a_logged_balancing_loss_names_aux_loss_disabled_and_its_absence_does_not_exclude_it(model, th):
+    assert "BalanceLossNegligible" in model.optional
+    imbalance = [f("ExpertImbalance", "blocks.0.moe.router/expert:3", onset=60, token_share=0.4)]
+    assert best(top(model, th, imbalance, MOE)) == "AuxLossDisabled"  # balancing loss not logged: still a candidate
+    logged = [*imbalance, f("BalanceLossNegligible", onset=0, aux_share_of_loss=0.0)]
+    r = top(model, th, logged, MOE | {"BalanceLossNegligible"})
+    assert best(r) == "AuxLossDisabled" and r.hypotheses[0].confidence > 0.5

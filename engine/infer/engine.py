@@ -63,8 +63,10 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -
     """Whether the run could show what ``cause`` produces: its judged direct effects carry at least ``share`` of
     its direct link strength. A mixture-of-experts cause cannot be told apart in a dense model whose telemetry
     has no experts, nor a straggler in a single-process run: nothing argues for it, and nothing could argue
-    against it."""
-    links = model.children.get(cause, ())
+    against it. Effects the run could not judge because they need a quantity many set-ups do not log
+    (``model.optional``, e.g. the balancing-loss term) do not count against it."""
+    links = [link for link in model.children.get(cause, ()) if link.target in judged or link.target not in
+             model.optional]
     total = sum(link.strength for link in links)
     return total > 0 and sum(link.strength for link in links if link.target in judged) >= share * total
 

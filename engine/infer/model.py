@@ -33,6 +33,8 @@ class CausalModel:
     labels: dict[str, str] = field(default_factory=dict)
     from_start: frozenset[str] = frozenset()
     profiles: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    optional: frozenset[str] = frozenset()
+    """Symptoms judged only from a quantity many set-ups do not log (``dt:optionalObservation``)."""
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -97,6 +99,9 @@ def load_model(store: Store) -> CausalModel:
     from_start = frozenset(
         name for c in store.query("SELECT DISTINCT ?c WHERE { ?c a dt:Cause ; dt:presentFromStart true }").column("c")
         if (name := _local(c)) is not None)
+    optional = frozenset(
+        name for s in store.query("SELECT DISTINCT ?s WHERE { ?s a dt:Symptom ; dt:optionalObservation true }")
+        .column("s") if (name := _local(s)) is not None)
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for r in store.query("""
             SELECT ?p ?c ?s ?v WHERE { ?p a dt:CalibrationProfile ; dt:profileOf ?c ; dt:symptomRate ?r .
@@ -105,7 +110,7 @@ def load_model(store: Store) -> CausalModel:
         if c is not None and sym is not None and isinstance(r["v"], int | float):
             profiles[c].setdefault(r["p"], {})[sym] = min(max(float(r["v"]), 0.0), 1.0)
     return CausalModel(causes, symptoms, list(best.values()), counts, labels, from_start,
-                       {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()})
+                       {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()}, optional)
 
 
 def _inherit_broader(store: Store, best: dict[tuple[str, str], Link]) -> None:

@@ -33,19 +33,20 @@ def detect(ctx: Context) -> FamilyResult:
     return res
 
 
-def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool) -> tuple[int, int, float] | None:
-    """(row, onset index, median after onset) of the worst row that stays beyond ``limit``."""
+def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool) -> tuple[int, int, float, int] | None:
+    """(row, onset index, median after onset, detection index) of the worst row that stays beyond ``limit``."""
     th = ctx.th
+    window = ctx.persist("hardware.persist_steps", grid.steps)
     best = None
     for i in range(len(grid.labels)):
         v = ffill(grid.values[i])
         mask = v < limit if below else v > limit
-        start = first_run(mask, ctx.persist("hardware.persist_steps", grid.steps))
+        start = first_run(mask, window)
         if start is None or mask[start:].mean() < th["hardware.persist_frac"]:
             continue
         level = float(np.median(v[start:]))
         if best is None or (level < best[2] if below else level > best[2]):
-            best = (i, start, level)
+            best = (i, start, level, start + window - 1)
     return best
 
 
@@ -61,12 +62,11 @@ def _utilisation(ctx: Context, res: FamilyResult) -> None:
     hit = _persistent_low(ctx, grid, limit, below=True)
     if hit is None:
         return
-    i, start, level = hit
+    i, start, level, detected = hit
     res.add(make_finding(
         "LowAcceleratorUtilization", DIM, str(grid.labels[i]) or "device", grid.steps, start, grid.steps.size - 1,
         severity(limit / max(level, 1e-3), 1.0, limit), {"util_pct": level, "threshold_pct": limit},
-        "hardware.util", start + ctx.persist("hardware.persist_steps", grid.steps) - 1),
-        (grid.steps, ffill(grid.values[i])))
+        "hardware.util", detected), (grid.steps, ffill(grid.values[i])))
 
 
 def _memory(ctx: Context, res: FamilyResult) -> None:
@@ -83,12 +83,11 @@ def _memory(ctx: Context, res: FamilyResult) -> None:
     hit = _persistent_low(ctx, frac, limit, below=False)
     if hit is None:
         return
-    i, start, level = hit
+    i, start, level, detected = hit
     res.add(make_finding(
         "MemoryPressure", DIM, str(used.labels[i]) or "device", used.steps, start, used.steps.size - 1,
         severity(level, limit, 1.0), {"used_fraction": level, "threshold": limit},
-        "hardware.memory", start + ctx.persist("hardware.persist_steps", used.steps) - 1),
-        (used.steps, ffill(frac.values[i])))
+        "hardware.memory", detected), (used.steps, ffill(frac.values[i])))
 
 
 def _throttling(ctx: Context, res: FamilyResult) -> None:

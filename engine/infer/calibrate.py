@@ -390,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(None)
     load_knowledge(store)
     th = Thresholds.from_store(store)
-    th = with_values(th, {k: float(v) for k, v in (item.split("=", 1) for item in args.set)})
+    changes = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
+    th = with_values(th, changes)
     samples = collect(args.out, store, th, name_filter=args.filter)
     model = load_model(store)
     print(f"{len(samples)} runs ({sum(s.truth is not None for s in samples)} faults); "
@@ -409,7 +410,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fitted temperature {t:.3f}")
         report(evaluate(samples, model, with_values(th, {"infer.temperature": t})))
     if args.holdout:
-        changes = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
         folds, pooled = holdout(samples, changes, fit=args.fit)
         for f in folds:
             print(f"held-out seed {f.seed} (temperature {f.temperature:.3f}): macro top-1 {f.scores.top1:.3f}  "

@@ -113,6 +113,14 @@ def requests_made(driver: Any) -> list[str]:
     return urls
 
 
+def wait_for(driver: Any, css: str, timeout: float = 30.0) -> Any:
+    """The first element matching ``css``, once it is there (a click that submits a form returns before the new
+    page has loaded, so a plain ``find_element`` races the navigation)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: (d.find_elements("css selector", css) or [None])[0])
+
+
 def wait_for_plots(driver: Any, timeout: float = 30.0) -> dict[str, int]:
     """Wait until the page's render script ran; the number of plots, plotly roots and chain SVGs."""
     from selenium.webdriver.support.ui import WebDriverWait

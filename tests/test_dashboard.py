@@ -21,6 +21,7 @@ from tests.report_fixtures import (
     hostile_store,
     network_requests,
     seed_run,
+    wait_for,
     wait_for_plots,
 )
 
@@ -81,7 +82,7 @@ def test_dashboard_in_chromium(served, tmp_path):
         box.clear()
         box.send_keys(QUERY)
         driver.find_element("id", "dsl-run").click()
-        table = driver.find_element("css selector", "table.dsl-result")
+        table = wait_for(driver, "table.dsl-result", timeout=60)
         assert len(table.find_elements("css selector", "tbody tr")) == 3
         assert driver.current_url.startswith(url + "/query?q=")
         assert console_errors(driver) == []

@@ -7,6 +7,7 @@ worker busy until it finishes — that is the residual cost (docs/server.md).
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -64,14 +65,30 @@ class EndpointSettings:
         try:
             ok, value = future.result(timeout=self.limits.query_timeout_s)
         except FutureTimeout:
-            started = not future.cancel()
-            raise EndpointError(503, (
-                f"the query did not finish within the endpoint's time limit of {self.limits.query_timeout_s:g} s "
-                + ("and was abandoned; it still runs to completion on a worker thread"
-                   if started else "because all query workers were busy; it was not started"))) from None
+            raise self._timed_out(started=not future.cancel()) from None
         if not ok:
             raise value
         return value
+
+    async def run_limited_async(self, fn: Callable[[], T]) -> T:
+        """:meth:`run_limited` for an async route: the event loop waits on the worker, so a request costs one
+        thread hop instead of two (the route's own thread-pool hop and the worker's)."""
+        assert self.workers is not None
+        future = self.workers.submit(_contained, fn)
+        try:
+            ok, value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
+                                               self.limits.query_timeout_s)
+        except TimeoutError:
+            raise self._timed_out(started=not future.cancel()) from None
+        if not ok:
+            raise value
+        return value
+
+    def _timed_out(self, started: bool) -> EndpointError:
+        return EndpointError(503, (
+            f"the query did not finish within the endpoint's time limit of {self.limits.query_timeout_s:g} s "
+            + ("and was abandoned; it still runs to completion on a worker thread"
+               if started else "because all query workers were busy; it was not started")))
 
     def require_write(self, request: Request) -> None:
         """Updates need ``allow_update`` (else 403) and ``Authorization: Bearer <token>`` (else 401)."""

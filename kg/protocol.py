@@ -19,6 +19,7 @@ from urllib.parse import parse_qsl
 
 import pyoxigraph as ox
 from fastapi import APIRouter, Depends, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from debugtune.kg.endpoint import EndpointError, EndpointSettings, Limits, base_url, read_body, store_errors
 from debugtune.kg.errors import KgError
@@ -201,7 +202,7 @@ def protocol_router(store: Store | ox.Store, *, allow_update: bool = False, toke
     async def body(request: Request) -> bytes:
         return await read_body(request, settings.limits.max_body_bytes)
 
-    def handle(request: Request, data: bytes) -> Response:
+    async def handle(request: Request, data: bytes) -> Response:
         op = parse_operation(request.method, list(request.query_params.multi_items()),
                              request.headers.get("content-type"), data)
         if not settings.limits.allow_service and uses(op.text, "SERVICE"):
@@ -209,20 +210,20 @@ def protocol_router(store: Store | ox.Store, *, allow_update: bool = False, toke
         base, accept = base_url(request), request.headers.get("accept")
         if op.kind == "update":
             settings.require_write(request)
-            run_update(raw, op, base)
+            await run_in_threadpool(run_update, raw, op, base)
             return Response(status_code=204)
         _offers_exist(query_form(op.text), accept)
-        content, media = settings.run_limited(lambda: run_query(raw, op, base, accept, settings))
+        content, media = await settings.run_limited_async(lambda: run_query(raw, op, base, accept, settings))
         charset = "; charset=utf-8" if media.startswith(("text/", "application/")) else ""
         return Response(content, media_type=media + charset, headers={"Vary": "Accept"})
 
     @router.get("/sparql", summary="SPARQL 1.1 query (GET ?query=…)", tags=["sparql"])
-    def sparql_get(request: Request) -> Response:
-        return handle(request, b"")
+    async def sparql_get(request: Request) -> Response:
+        return await handle(request, b"")
 
     @router.post("/sparql", summary="SPARQL 1.1 query or update (form or direct POST)", tags=["sparql"])
-    def sparql_post(request: Request, data: bytes = Depends(body)) -> Response:
-        return handle(request, data)
+    async def sparql_post(request: Request, data: bytes = Depends(body)) -> Response:
+        return await handle(request, data)
 
     add_graph_store_routes(router, raw, settings, body)
     return router

@@ -92,6 +92,18 @@ def test_straggler_versus_stall(model, th):
     assert best(top(model, th, stall, DDP)) == "DataPipelineStall"
 
 
+def test_a_healthy_data_parallel_run_with_its_usual_communication_share_is_not_a_diagnosis(model, th):
+    """The findings of a healthy two-rank DDP control of the fault bench (gloo on a shared machine): 39% of the
+    step in communication and one rank 5% slower. Healthy DDP controls all show the first, so its leak is high
+    (cases/thresholds/leaks.ttl) and nothing is reported; with the default leak this was PipelineStageImbalance."""
+    findings = [f("HighCommunicationShare", onset=0, end=79, severity=0.70, dimension="communication", share=0.385),
+                f("SlowRank", "rank:1", onset=0, end=79, severity=0.52, dimension="communication", rank=1,
+                  spread=0.055)]
+    r = top(model, th, findings, DDP)
+    assert r.hypotheses == [], [(h.cause, round(h.confidence, 2)) for h in r.hypotheses]
+    assert th["infer.leak.HighCommunicationShare"] > 0.5
+
+
 def test_absent_expected_symptoms_argue_against_a_cause(model, th):
     """SlowRank alone: StragglerRank; the same with DataLoaderWait on that rank: the stall explains both."""
     slow = f("SlowRank", "rank:1", onset=100, dimension="communication", rank=1)

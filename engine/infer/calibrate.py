@@ -230,15 +230,15 @@ def base_store() -> Store:
     return store
 
 
-def calibration_turtle(samples: Sequence[Sample], th: Thresholds, *, min_rate: float = 0.25, margin: float = 0.1,
-                       min_judged: int = 3) -> tuple[str, str]:
+def calibration_turtle(samples: Sequence[Sample], th: Thresholds) -> tuple[str, str]:
     """(profiles and links Turtle, leaks Turtle) measured on ``samples``.
 
     Profiles: per injected cause and severity, the smoothed rate of every symptom its runs could judge.
-    Links: a new causal link from the cause to each symptom its profiles report in at least ``min_rate`` of
-    the runs and ``margin`` more often than the healthy controls, where the knowledge base has none (so the
-    rules find the cause from that symptom). Leaks: ``infer.leak.<Symptom>`` = the smoothed rate of the symptom
-    on the healthy controls (not below ``infer.leak_floor``) where enough controls could show it."""
+    Links: a new causal link from the cause to each symptom its profiles report in at least
+    ``calibration.link_min_rate`` of the runs and ``calibration.link_margin`` more often than the healthy
+    controls, where the knowledge base has none (so the rules find the cause from that symptom). Leaks:
+    ``infer.leak.<Symptom>`` = the smoothed rate of the symptom on the healthy controls (not below
+    ``infer.leak_floor``) where enough controls could show it."""
     store = base_store()
     model = load_model(store)
     th = Thresholds({**dict(Thresholds.from_store(store).items()), **dict(th.items())})
@@ -246,6 +246,8 @@ def calibration_turtle(samples: Sequence[Sample], th: Thresholds, *, min_rate: f
     direct = {(link.source, link.target) for link in model.links}
     h_rate = {k: v[0] / max(v[1], 1) for k, v in healthy.items()}
     weight = th["calibration.prior_weight"]
+    min_judged, min_rate, margin = (th.int("calibration.profile_min_judged"), th["calibration.link_min_rate"],
+                                    th["calibration.link_margin"])
     leaks_now = {sym: calibrated_strength(k, m, th["infer.leak"], weight) for sym, (k, m) in healthy.items()}
     sources = {r["c"].rsplit("/", 1)[-1]: r["src"] for r in store.query(
         "SELECT ?c (SAMPLE(?s) AS ?src) WHERE { ?c a dt:Cause ; dct:source ?s } GROUP BY ?c").dicts()}
@@ -281,9 +283,8 @@ def calibration_turtle(samples: Sequence[Sample], th: Thresholds, *, min_rate: f
     for link in model.links:
         main[link.source] = max(main[link.source], link.strength)
     for (cause, sym), (value, note) in sorted(new_links.items()):
-        # the profile carries the measured rate; the link itself stays below the cause's main effect in the
-        # knowledge base, so the knowledge base's account of what a cause mainly does is not overturned
-        value = min(value, round(0.85 * main[cause], 2)) if main[cause] else value
+        # the profile carries the measured rate; the link stays below the cause's main effect (calibration.link_cap)
+        value = min(value, round(th["calibration.link_cap"] * main[cause], 2)) if main[cause] else value
         out.append(f"link:{cause}-{sym} a dt:CausalLink ;\n"
                    f"    skos:prefLabel \"{cause} → {sym}\"@en ;\n"
                    f"    dt:from kb:{cause} ; dt:to kb:{sym} ; dt:strength {value:.2f} ;\n"

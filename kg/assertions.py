@@ -68,7 +68,7 @@ def finding_triples(run_id: str, f: Finding) -> str:
         ev = f"{subject}/evidence/{i}"
         pairs.append(("dt:evidence", iri(ev)))
         out.append(_triples(ev, [("a", "dt:Evidence"), ("dt:metricName", literal(name)),
-                                 ("dt:value", literal(float(value)))]))
+                                 ("dt:value", literal(value if isinstance(value, str | bool) else float(value)))]))
     return _triples(subject, pairs) + "".join(out)
 
 
@@ -171,7 +171,7 @@ def experiment_triples(run_id: str, e: Experiment) -> str:
         obj = f"{subject}/objective/{i}"
         pairs.append(("dt:objective", iri(obj)))
         extra.append(_triples(obj, [("a", "dt:ObjectiveValue"), ("dt:metricName", literal(name)),
-                                    ("dt:value", literal(float(value)))]))
+                                    ("dt:value", literal(value if isinstance(value, str | bool) else float(value)))]))
     for i, (name, value) in enumerate(sorted(e.parameters.items())):
         hp = f"{subject}/setting/{i}"
         pairs.append(("mls:hasInput", iri(hp)))

@@ -50,7 +50,8 @@ class Finding:
     onset_step: int
     end_step: int
     severity: float
-    evidence: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, float | str | bool] = field(default_factory=dict)
+    """Numbers as floats; categorical values (a rule's name, yes/no) as strings and booleans."""
     detector: str = ""
     detection_step: int | None = None
 

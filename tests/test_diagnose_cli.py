@@ -90,7 +90,7 @@ def test_healthy_run_says_so(tmp_path):
 @pytest.mark.parametrize("case, expected", [
     ("missing", "neither an existing directory nor a run id"),
     ("empty", "is empty"),
-    ("few", "5 steps recorded, at least 20"),
+    ("few", "5 steps of grad_norm recorded, at least 20"),
     ("corrupt", "part-000000.parquet"),
     ("nocomm", "no telemetry rows for communication"),
 ])

@@ -1,10 +1,11 @@
-"""What every detector family shares: its context, its result, and how a finding is built."""
+"""What every detector shares: its context (the run's telemetry and the thresholds) and how a finding is built."""
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,35 +37,6 @@ class Context:
         """The persistence window ``key`` (training steps) in samples of a series recorded at ``steps``: a
         metric the probe writes every k-th step (update ratios on detail steps) needs fewer samples."""
         return max(1, int(np.ceil(self.th.int(key) / self.spacing(steps))))
-
-
-@dataclass
-class FamilyResult:
-    """What one detector family found, which symptoms it could judge, and what it could not look at."""
-
-    dimension: str
-    findings: list[Finding] = field(default_factory=list)
-    series: dict[str, Series] = field(default_factory=dict)
-    judged: set[str] = field(default_factory=set)
-    notes: list[str] = field(default_factory=list)
-    steps: int = 0
-
-    def add(self, finding: Finding, series: Series | None = None) -> None:
-        ids = {f.id for f in self.findings}
-        fid, n = finding.id, 2
-        while fid in ids:
-            fid, n = f"{finding.id}#{n}", n + 1
-        if fid != finding.id:
-            finding = Finding(**{**finding.__dict__, "id": fid})
-        self.findings.append(finding)
-        if series is not None and series[0].size:
-            self.series[fid] = series
-
-    def judge(self, *symptoms: str) -> None:
-        self.judged.update(symptoms)
-
-    def note(self, text: str) -> None:
-        self.notes.append(text)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:/-]+")
@@ -108,13 +80,21 @@ def finding_id(symptom: str, entity: str) -> str:
 
 
 def make_finding(symptom: str, dimension: str, entity: str, steps: np.ndarray, onset: int, end: int,
-                 severity: float, evidence: dict[str, float], detector: str,
+                 severity: float, evidence: Mapping[str, float | str | bool | None], detector: str,
                  detection: int | None = None) -> Finding:
-    """A finding whose onset/end/detection are given as indices into ``steps`` (converted to step numbers)."""
+    """A finding whose onset/end/detection are given as indices into ``steps`` (converted to step numbers).
+
+    Evidence keeps categorical values (a rule's name, a yes/no) as strings and booleans; numbers that are not
+    finite are left out."""
     last = steps.size - 1
     onset, end = min(max(onset, 0), last), min(max(end, 0), last)
     det = None if detection is None else int(steps[min(max(detection, onset), last)])
-    clean = {k: float(v) for k, v in evidence.items() if v is not None and math.isfinite(float(v))}
+    clean: dict[str, float | str | bool] = {}
+    for k, v in evidence.items():
+        if isinstance(v, str | bool):
+            clean[k] = v
+        elif v is not None and math.isfinite(float(v)):
+            clean[k] = float(v)
     return Finding(id=finding_id(symptom, entity), symptom=symptom, dimension=dimension, entity=entity,
                    onset_step=int(steps[onset]), end_step=int(steps[max(end, onset)]),
                    severity=float(np.clip(severity, 0.0, 1.0)), evidence=clean, detector=detector,

@@ -11,34 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from debugtune.engine.diagnose.base import Context, FamilyResult, make_finding, severity
+from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import centred_median, change_point, dixon_low, ffill, first_run, sigma_low
 
 DIM = "communication"
-
-
-def detect(ctx: Context) -> FamilyResult:
-    res = FamilyResult(DIM)
-    view, th = ctx.view, ctx.th
-    present = [m for m in ("step_time_ms", "compute_ms", "comm_ms", "collective_ms", "busbw_gbps",
-                           "link_bw_gbps", "alltoall_bytes") if view.has(m)]
-    if not present:
-        res.note("communication flow not diagnosed: no step-time, collective or link metrics in the telemetry")
-        return res
-    res.steps = int(max(view.steps(m).size for m in present))
-    # comparisons across ranks and links hold for a single profiled step; trends over time need more
-    _slow_rank(ctx, res)
-    _slow_link(ctx, res)
-    _bandwidth(ctx, res)
-    _comm_share(ctx, res)
-    _alltoall(ctx, res)
-    if res.steps >= th.int("diagnose.min_steps"):
-        _step_time(ctx, res)
-    else:
-        res.note(f"StepTimeRegression not judged: {res.steps} steps recorded, at least "
-                 f"{th.int('diagnose.min_steps')} are needed for a trend")
-    return res
 
 
 def _complete(grid: Grid) -> Grid:
@@ -62,13 +40,11 @@ def _votes(ctx: Context, grid: Grid) -> np.ndarray:
     return np.where(material, np.argmin(grid.values, axis=0), -1)
 
 
-def _slow_rank(ctx: Context, res: FamilyResult) -> None:
+def slow_rank(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     ranks = view.ranks()
     if ranks.size < 2:
-        res.note("SlowRank not judged: one rank recorded")
-        return
-    res.judge("SlowRank")
+        raise NotJudged("one rank recorded")
     n = int(ranks.size)
     votes = np.zeros(n)
     instances = 0
@@ -109,7 +85,7 @@ def _slow_rank(ctx: Context, res: FamilyResult) -> None:
     sev = max(severity(max(spread, 1e-9), th["communication.slow_rank.spread"], 1.0),
               severity(max(float(vote_frac[top]) if instances else 0.0, 1e-9),
                        th["communication.slow_rank.vote_frac"], 1.0) if by_vote else 0.5)
-    res.add(make_finding(
+    out.add(make_finding(
         "SlowRank", DIM, f"rank:{rank}", steps, start, steps.size - 1, sev,
         {"rank": rank, "ranks": n, "spread": spread, "vote_fraction": float(vote_frac[slow]) if instances else 0.0,
          "instances": instances, "excess_ms": excess},
@@ -168,14 +144,11 @@ def _indicator(
     return comp.steps, sign * (comp.values[slow] - others) / np.maximum(np.abs(others), 1e-12)
 
 
-def _slow_link(ctx: Context, res: FamilyResult) -> None:
+def slow_link(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not view.has("link_bw_gbps"):
-        return
-    res.judge("SlowLink")
     grid = view.by_entity("link_bw_gbps")
     if len(grid.labels) < 2:
-        return
+        raise NotJudged("one link recorded")
     per_link = np.nanmedian(grid.values, axis=1)
     avg = float(np.nanmean(per_link))
     slow = int(np.nanargmin(per_link))
@@ -184,7 +157,7 @@ def _slow_link(ctx: Context, res: FamilyResult) -> None:
         return
     mask = ffill(grid.values[slow]) < th["communication.slow_link.ratio"] * avg
     start = first_run(mask, min(ctx.persist("communication.persist_steps", grid.steps), mask.size)) or 0
-    res.add(make_finding(
+    out.add(make_finding(
         "SlowLink", DIM, str(grid.labels[slow]), grid.steps, start, grid.steps.size - 1,
         severity(1 / max(ratio, 1e-9), 1 / th["communication.slow_link.ratio"], 100.0),
         {"bandwidth_gbps": float(per_link[slow]), "average_gbps": avg, "ratio_to_average": ratio,
@@ -201,15 +174,13 @@ def bus_factor(ctx: Context, op: str, n: int) -> float | None:
     return None
 
 
-def _bandwidth(ctx: Context, res: FamilyResult) -> None:
+def bandwidth(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     kind = str(ctx.meta.get("interconnect") or ctx.meta.get("link_kind") or "").lower()
     peak = th.get(f"link_peak_gbps.{kind}") if kind else None
     if peak is None:
-        if view.has("busbw_gbps") or view.has("collective_bytes"):
-            res.note("LowBandwidthUtilization not judged: the link kind (run.json 'interconnect') is unknown "
-                     "or has no peak bandwidth in the knowledge base")
-        return
+        raise NotJudged("the link kind (run.json 'interconnect') is unknown or has no peak bandwidth in the "
+                        "knowledge base")
     n = int(view.ranks().size)
     rows: list[tuple[str, np.ndarray, np.ndarray]] = []
     if view.has("busbw_gbps"):
@@ -227,8 +198,7 @@ def _bandwidth(ctx: Context, res: FamilyResult) -> None:
                 busbw = np.nanmedian(b.values, axis=0) / (np.nanmin(t.values, axis=0) * 1e-3) / 1e9 * f
             rows.append((op, b.steps[big], busbw[big]))
     if not rows:
-        return
-    res.judge("LowBandwidthUtilization")
+        raise NotJudged("no collective large enough to measure its bandwidth")
     util = [(op, s, v / peak) for op, s, v in rows if v.size and np.isfinite(v).any()]
     if not util:
         return
@@ -236,19 +206,16 @@ def _bandwidth(ctx: Context, res: FamilyResult) -> None:
     level = float(np.nanmedian(u))
     if level >= th["communication.bandwidth.util_low"]:
         return
-    res.add(make_finding(
+    out.add(make_finding(
         "LowBandwidthUtilization", DIM, op, s, 0, s.size - 1,
         severity(1 / max(level, 1e-6), 1 / th["communication.bandwidth.util_low"], 20.0),
         {"utilisation": level, "busbw_gbps": float(np.nanmedian(u) * peak), "peak_gbps": float(peak)},
         "communication.bandwidth", ctx.persist("communication.persist_steps", s) - 1), (s, u))
 
 
-def _comm_share(ctx: Context, res: FamilyResult) -> None:
+def comm_share(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    num = "comm_not_overlapped_ms" if view.has("comm_not_overlapped_ms") else "comm_ms" if view.has("comm_ms") else None
-    if num is None or not view.has("step_time_ms"):
-        return
-    res.judge("HighCommunicationShare")
+    num = "comm_not_overlapped_ms" if view.has("comm_not_overlapped_ms") else "comm_ms"
     c, t = view.by_rank(num), view.by_rank("step_time_ms")
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.nanmedian(c.values / t.like(c), axis=0)
@@ -260,20 +227,17 @@ def _comm_share(ctx: Context, res: FamilyResult) -> None:
     mask = share > limit
     persist = min(ctx.persist("communication.persist_steps", c.steps), mask.size)
     start = first_run(mask, persist) or 0
-    res.add(make_finding(
+    out.add(make_finding(
         "HighCommunicationShare", DIM, "", c.steps, start, c.steps.size - 1, severity(level, limit, 1.0),
-        {"share": level, "metric_is_exposed": 1.0 if num == "comm_not_overlapped_ms" else 0.0},
+        {"share": level, "metric": num},
         "communication.comm_share", start + persist - 1), (c.steps, share))
 
 
-def _alltoall(ctx: Context, res: FamilyResult) -> None:
+def alltoall(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not view.has("alltoall_bytes"):
-        return
     g = _complete(view.by_rank("alltoall_bytes", reduce="sum"))
     if len(g.labels) < 2 or g.steps.size == 0:
-        return
-    res.judge("AllToAllImbalance")
+        raise NotJudged("fewer than two ranks with all-to-all sizes on the same steps")
     with np.errstate(invalid="ignore", divide="ignore"):
         imb = g.values.max(axis=0) / g.values.mean(axis=0)
     imb = np.nan_to_num(imb, nan=1.0)
@@ -284,20 +248,18 @@ def _alltoall(ctx: Context, res: FamilyResult) -> None:
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
     heavy = int(g.labels[int(np.argmax(g.values[:, start:].sum(axis=1)))])
-    res.add(make_finding(
+    out.add(make_finding(
         "AllToAllImbalance", DIM, f"rank:{heavy}", g.steps, start, g.steps.size - 1,
         severity(float(np.median(imb[start:])), limit, len(g.labels)),
         {"size_imbalance": float(np.median(imb[start:])), "heavy_rank": heavy},
         "communication.alltoall", start + persist - 1), (g.steps, imb))
 
 
-def _step_time(ctx: Context, res: FamilyResult) -> None:
+def step_time(ctx: Context, data: object, out: Emit) -> None:
     """Step time that rises and stays up (BLOOM-176B: +5% with a normal loss was one slow GPU)."""
     th, view = ctx.th, ctx.view
-    if not view.has("step_time_ms"):
-        return
-    res.judge("StepTimeRegression")
     g = view.by_rank("step_time_ms")
+    need_steps(ctx, g.steps, "step_time_ms")
     t = ffill(np.nanmax(g.values, axis=0))  # the step ends when the slowest rank ends
     n = t.size
     skip = int(n * th["communication.step_time.skip_frac"])
@@ -313,7 +275,7 @@ def _step_time(ctx: Context, res: FamilyResult) -> None:
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
     level = float(np.median(rise[start:]))
-    res.add(make_finding(
+    out.add(make_finding(
         "StepTimeRegression", DIM, "", g.steps, start, n - 1, severity(level, th["communication.step_time.rise"], 2.0),
         {"relative_rise": level, "step_time_ms_before": base, "step_time_ms_after": float(np.median(t[start:]))},
         "communication.step_time", start + w - 1), (g.steps, t))

@@ -1,26 +1,25 @@
 """Convergence-flow detectors: loss spikes, divergence, plateau, oscillation (with its period),
-overfitting, the learning-rate context, and expert utilisation (CV, MaxVio, entropy, dead experts,
-dropped tokens).
+overfitting, under-confident outputs, validation above training, and the learning-rate context.
 
-Thresholds come from the knowledge base (keys ``convergence.*``, ``moe.*``); sources are in
-``cases/thresholds/convergence.ttl`` and ``cases/thresholds/moe.ttl``.
+Thresholds come from the knowledge base (keys ``convergence.*``); sources are in
+``cases/thresholds/convergence.ttl``. Expert utilisation is ``experts.py``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
-from scipy import ndimage
 
-from debugtune.engine.diagnose.base import Context, FamilyResult, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.base import Context, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.registry import Emit, NotJudged
 from debugtune.engine.diagnose.stats import (
     MAD_TO_SIGMA,
     centred_median,
     dominant_period,
     ffill,
     first_run,
-    longest_run,
     robust_z,
     sinusoid_amplitude,
     smooth,
@@ -46,34 +45,36 @@ class LossCurve:
         return int(self.steps.size)
 
 
-def detect(ctx: Context) -> FamilyResult:
-    res = FamilyResult(DIM)
-    view, th = ctx.view, ctx.th
-    if view.has("loss"):
-        steps, raw = view.series("loss")
-        res.steps = int(steps.size)
-        if steps.size < th.int("diagnose.min_steps"):
-            res.note(f"loss curve not diagnosed: {steps.size} steps recorded, at least "
-                     f"{th.int('diagnose.min_steps')} are needed to judge")
-        elif not np.isfinite(raw).any():
-            res.note("loss curve not diagnosed: every recorded loss is NaN or Inf")
-        else:
-            curve = _curve(ctx, steps, raw)
-            _nonfinite_loss(ctx, res, steps, raw)
-            _spikes(ctx, res, curve)
-            _divergence(ctx, res, curve)
-            _plateau(ctx, res, curve)
-            _underconfident(ctx, res, curve)
-            _slow(ctx, res, curve)
-            _oscillation(ctx, res, curve)
-            _overfitting(ctx, res, curve)
-            _validation_above_training(ctx, res, curve)
-    else:
-        res.note("loss curve not diagnosed: no loss metric in the telemetry")
-    if view.has("expert_tokens"):
-        _experts(ctx, res)
-        _balance_loss(ctx, res)
-    return res
+@dataclass
+class ConvergenceData:
+    """What the loss detectors share, computed on first use: the loss curve and the learning-rate context."""
+
+    ctx: Context
+
+    @cached_property
+    def raw(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.ctx.view.series("loss")
+
+    @cached_property
+    def _curve(self) -> LossCurve | str:
+        steps, raw = self.raw
+        minimum = self.ctx.th.int("diagnose.min_steps")
+        if steps.size < minimum:
+            return f"{steps.size} steps of loss recorded, at least {minimum} are needed"
+        if not np.isfinite(raw).any():
+            return "every recorded loss is NaN or Inf"
+        return _curve(self.ctx, steps, raw)
+
+    @property
+    def curve(self) -> LossCurve:
+        """The loss curve, or NotJudged when it is too short or never finite."""
+        if isinstance(self._curve, str):
+            raise NotJudged(self._curve)
+        return self._curve
+
+
+def convergence_data(ctx: Context) -> ConvergenceData:
+    return ConvergenceData(ctx)
 
 
 def _curve(ctx: Context, steps: np.ndarray, raw: np.ndarray) -> LossCurve:
@@ -87,12 +88,13 @@ def _curve(ctx: Context, steps: np.ndarray, raw: np.ndarray) -> LossCurve:
     return LossCurve(steps, loss, min(judge_from, n - 2), sched.lr, sched.drops, scale)
 
 
-def _nonfinite_loss(ctx: Context, res: FamilyResult, steps: np.ndarray, raw: np.ndarray) -> None:
-    res.judge("NaNOrInf")
+def nonfinite_loss(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    data.curve  # noqa: B018 — judged only on a loss curve long enough to judge
+    steps, raw = data.raw
     bad = ~np.isfinite(raw)
     if bad.any():
         first = int(np.argmax(bad))
-        res.add(make_finding("NaNOrInf", DIM, "loss", steps, first, int(np.flatnonzero(bad)[-1]), 1.0,
+        out.add(make_finding("NaNOrInf", DIM, "loss", steps, first, int(np.flatnonzero(bad)[-1]), 1.0,
                              {"first_step": steps[first], "nonfinite_steps": int(bad.sum())},
                              "convergence.nonfinite_loss", first), (steps, bad.astype(float)))
 
@@ -107,9 +109,8 @@ def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndar
     return out
 
 
-def _spikes(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
-    th = ctx.th
-    res.judge("LossSpike")
+def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    th, curve = ctx.th, data.curve
     window = th.int("convergence.spike.window")
     z = robust_z(curve.loss, window)
     jump = (curve.loss - trailing_median(curve.loss, window)) / curve.scale
@@ -132,7 +133,7 @@ def _spikes(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     rec_steps = float(recovered[0] + 1) if recovered.size else float("nan")
     zmax = float(np.max(np.where(np.isfinite(z[idx]), z[idx], 0)))
     top_jump = float(np.max(np.where(np.isfinite(jump[idx]), jump[idx], 0)))
-    res.add(make_finding(
+    out.add(make_finding(
         "LossSpike", DIM, "", curve.steps, first, int(idx[-1]),
         severity(max(top_jump, 1e-9), min_jump, min_jump * 20),
         {"spikes": float(episodes), "max_robust_z": zmax, "max_jump": top_jump, "peak_step": curve.steps[peak],
@@ -141,9 +142,8 @@ def _spikes(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
         "convergence.spike", first), (curve.steps, np.clip(z, -50, 50)))
 
 
-def _divergence(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
-    th = ctx.th
-    res.judge("LossDivergence")
+def divergence(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    th, curve = ctx.th, data.curve
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     trend = centred_median(curve.loss, w)
     run_min = np.minimum.accumulate(trend)
@@ -161,7 +161,7 @@ def _divergence(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
                         persist)
     start += crossed or 0
     final_rise = float(rise[-1])
-    res.add(make_finding(
+    out.add(make_finding(
         "LossDivergence", DIM, "", curve.steps, start, curve.n - 1,
         severity(max(final_rise, 1e-9), th["convergence.divergence.rise"], th["convergence.divergence.rise"] * 20),
         {"loss_min": float(run_min[-1]), "loss_end": float(trend[-1]), "relative_rise": final_rise,
@@ -169,10 +169,9 @@ def _divergence(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
         "convergence.divergence", start + persist - 1), (curve.steps, trend))
 
 
-def _plateau(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+def plateau(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """The loss barely improves over the run (AutoTrainer's slow convergence, on the loss curve)."""
-    th = ctx.th
-    res.judge("LossPlateau")
+    th, curve = ctx.th, data.curve
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     head = float(np.median(curve.loss[:w]))
     tail = float(np.median(curve.loss[-w:]))
@@ -195,11 +194,11 @@ def _plateau(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     if curve.lr is not None:
         evidence["lr_median"] = float(np.median(curve.lr))
     sev = float(np.clip(1.0 - improvement / max(th["convergence.plateau.min_improvement"], 1e-9) * 0.5, 0.5, 1.0))
-    res.add(make_finding("LossPlateau", DIM, "", curve.steps, onset, curve.n - 1, sev, evidence,
+    out.add(make_finding("LossPlateau", DIM, "", curve.steps, onset, curve.n - 1, sev, evidence,
                          "convergence.plateau", max(onset, curve.judge_from, w)), (curve.steps, trend))
 
 
-def _underconfident(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """The loss stays above the cross-entropy of a calibrated classifier with the same accuracy.
 
     By Fano's inequality a classifier that outputs the true class posterior, with accuracy ``a`` over
@@ -208,14 +207,11 @@ def _underconfident(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     A model that has learned (accuracy above chance, loss below its start) yet stays above that bound is
     under-confident: its outputs are squashed before the loss (a softmax fed to a from-logits loss).
     """
-    th, view = ctx.th, ctx.view
-    if not view.has("accuracy"):
-        return
+    th, view, curve = ctx.th, ctx.view, data.curve
     s, acc = view.series("accuracy")
     acc = ffill(acc)
     if not np.isfinite(acc).any():
-        return
-    res.judge("UnderconfidentOutputs")
+        raise NotJudged("every recorded accuracy is NaN")
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     a = np.clip(smooth(np.interp(curve.steps, s, acc), w), 0.0, 1.0)
     loss = smooth(curve.loss, w)
@@ -240,7 +236,7 @@ def _underconfident(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     flagged = curve.judge_from if flagged is None else flagged
     onset = flagged if onset is None else min(onset, flagged)
     ratio = tail_loss / max(tail_bound, 1e-9)
-    res.add(make_finding(
+    out.add(make_finding(
         "UnderconfidentOutputs", DIM, "", curve.steps, onset, curve.n - 1,
         severity(ratio, th["convergence.underconfident.ratio"], th["convergence.underconfident.ratio"] * 4),
         {"loss_end": tail_loss, "accuracy_end": tail_acc, "calibrated_loss_bound": tail_bound,
@@ -269,11 +265,10 @@ def _accuracy_late_share(ctx: Context, curve: LossCurve, window: int) -> float |
     return float((tail - mid) / (tail - head))
 
 
-def _slow(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+def slow(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """The loss still falls steadily at the end of the run (a large share of its improvement came in the
     second half), or the accuracy never reaches AutoTrainer's convergence level."""
-    th = ctx.th
-    res.judge("SlowConvergence")
+    th, curve = ctx.th, data.curve
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     trend = centred_median(curve.loss, w)
     head, mid, tail = float(trend[w // 2]), float(trend[curve.n // 2]), float(trend[-1 - w // 2])
@@ -299,14 +294,13 @@ def _slow(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     sev = max(severity(max(late, 1e-9), th["convergence.slow.late_share"], 1.0),
               0.5 + 0.5 * (1 - best_acc / th["convergence.slow.accuracy"]) if unconverged else 0.0)
     onset = curve.n // 2
-    res.add(make_finding("SlowConvergence", DIM, "", curve.steps, curve.judge_from, curve.n - 1, sev, ev,
+    out.add(make_finding("SlowConvergence", DIM, "", curve.steps, curve.judge_from, curve.n - 1, sev, ev,
                          "convergence.slow", onset), (curve.steps, trend))
 
 
-def _oscillation(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """Periodic or bouncing loss: detrend, find the period by autocorrelation, measure the amplitude."""
-    th = ctx.th
-    res.judge("LossOscillation")
+    th, curve = ctx.th, data.curve
     seg = slice(curve.judge_from, curve.n)
     y = curve.loss[seg]
     if y.size < 4 * th.int("convergence.oscillation.min_period"):
@@ -352,25 +346,20 @@ def _oscillation(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     env = np.sqrt(2 * smooth(wave ** 2, win))
     onset = curve.judge_from + int(np.argmax(env >= 0.5 * rel * level))
     det = onset + int(2 * (period_f if periodic else th.int("convergence.oscillation.noise_window")))
-    res.add(make_finding(
+    out.add(make_finding(
         "LossOscillation", DIM, "", curve.steps, onset, curve.n - 1, severity(rel, limit, limit * 10), ev,
         "convergence.oscillation.acf" if periodic else "convergence.oscillation.bounce", det),
         (curve.steps[seg], resid))
 
 
-def _overfitting(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
-    th, view = ctx.th, ctx.view
-    if not view.has("eval_loss"):
-        res.note("Overfitting not judged: eval_loss not recorded")
-        return
+def overfitting(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    th, view, curve = ctx.th, ctx.view, data.curve
     es, ev = view.series("eval_loss")
     ok = np.isfinite(ev)
     es, ev = es[ok], ev[ok]
     if es.size < th.int("convergence.overfit.min_evals"):
-        res.note(f"Overfitting not judged: {es.size} evaluations recorded, at least "
-                 f"{th.int('convergence.overfit.min_evals')} are needed")
-        return
-    res.judge("Overfitting")
+        raise NotJudged(f"{es.size} evaluations recorded, at least {th.int('convergence.overfit.min_evals')} "
+                        "are needed")
     best = int(np.argmin(ev))
     rise = (ev[-1] - ev[best]) / max(abs(ev[best]), 1e-12)
     train_at = np.interp(es, curve.steps, smooth(curve.loss, max(3, curve.n // 20)))
@@ -378,7 +367,7 @@ def _overfitting(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
     gap = (ev[-1] - train_at[-1]) / max(abs(train_at[-1]), 1e-12)
     if rise < th["convergence.overfit.rise"] or not train_falls or best == es.size - 1:
         return
-    res.add(make_finding(
+    out.add(make_finding(
         "Overfitting", DIM, "", es, best, es.size - 1, severity(rise, th["convergence.overfit.rise"],
                                                                 th["convergence.overfit.rise"] * 10),
         {"eval_loss_min": float(ev[best]), "eval_loss_end": float(ev[-1]), "relative_rise": float(rise),
@@ -387,7 +376,7 @@ def _overfitting(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
                                               >= th["convergence.overfit.rise"]))), (es, ev))
 
 
-def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve) -> None:
+def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """Held-out accuracy above training accuracy (UMLAUT's check): the training labels or inputs are harder
     than the held-out ones — noisy or corrupted labels, or train-only augmentation and regularisation.
 
@@ -395,15 +384,13 @@ def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve
     significant (its t-statistic over the evaluations, ``convergence.val_gap.z``), and the held-out accuracy
     must be above chance by the same minimum (a model that learned nothing predicts the majority class, whose
     share may differ between the splits)."""
-    th, view = ctx.th, ctx.view
-    if not (view.has("accuracy") and view.has("eval_accuracy")):
-        return
+    th, view, curve = ctx.th, ctx.view, data.curve
     es, ev = view.series("eval_accuracy")
     ok = np.isfinite(ev)
     es, ev = es[ok], ev[ok]
     if es.size < th.int("convergence.overfit.min_evals"):
-        return
-    res.judge("ValidationAboveTraining")
+        raise NotJudged(f"{es.size} evaluations recorded, at least {th.int('convergence.overfit.min_evals')} "
+                        "are needed")
     ts, acc = view.series("accuracy")
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     train_at = np.interp(es, ts, smooth(ffill(acc), w))
@@ -422,7 +409,7 @@ def _validation_above_training(ctx: Context, res: FamilyResult, curve: LossCurve
     mask = (gap >= limit) & judged
     onset = first_run(mask, 2)
     onset = int(np.argmax(judged)) if onset is None else onset
-    res.add(make_finding(
+    out.add(make_finding(
         "ValidationAboveTraining", DIM, "", es, onset, es.size - 1, severity(level, limit, 0.5),
         {"gap": level, "t_statistic": float(min(t, 1e3)), "eval_accuracy": float(ev[-1]),
          "train_accuracy": float(train_at[-1]), "chance_accuracy": chance},
@@ -434,141 +421,3 @@ def _classes(curve: LossCurve) -> float:
     cross-entropy ln K; the estimate errs high, so 1/K errs low)."""
     start = float(np.median(curve.loss[: min(3, curve.n)]))
     return max(2.0, float(np.exp(min(start, 30.0))))
-
-
-# -- experts --------------------------------------------------------------------------------------
-def _router_groups(labels: tuple) -> dict[str, list[tuple[int, int]]]:
-    """router path → [(row, expert index)] from entity names '<router>/expert:<i>' or 'expert:<i>'."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for row, name in enumerate(labels):
-        router, _, idx = str(name).rpartition("expert:")
-        try:
-            out.setdefault(router.rstrip("/"), []).append((row, int(idx)))
-        except ValueError:
-            continue
-    return out
-
-
-def imbalance_stats(c: np.ndarray) -> dict[str, np.ndarray]:
-    """Per step (columns) of tokens per expert (rows): CV, MaxVio, normalised entropy, top share."""
-    c = np.nan_to_num(c)
-    e = c.shape[0]
-    total = c.sum(axis=0)
-    mean = total / e
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.where(total > 0, c / total, 1.0 / e)
-        cv = np.where(mean > 0, c.std(axis=0) / mean, 0.0)
-        maxvio = np.where(mean > 0, (c.max(axis=0) - mean) / mean, 0.0)
-        ent = -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=0) / np.log(e) if e > 1 else np.ones(c.shape[1])
-    return {"cv": cv, "maxvio": maxvio, "entropy": ent, "top_share": p.max(axis=0), "total": total,
-            "top": p.argmax(axis=0)}
-
-
-def _experts(ctx: Context, res: FamilyResult) -> None:
-    th, view = ctx.th, ctx.view
-    grid = view.by_entity("expert_tokens", reduce="sum")
-    if grid.steps.size < th.int("diagnose.min_steps"):
-        res.note(f"expert utilisation not diagnosed: {grid.steps.size} steps of expert_tokens, at least "
-                 f"{th.int('diagnose.min_steps')} are needed")
-        return
-    res.judge("ExpertImbalance", "DeadExperts")
-    dropped = view.by_entity("dropped_tokens", reduce="sum") if view.has("dropped_tokens") else None
-    if dropped is not None:
-        res.judge("TokenDropping")
-    persist = ctx.persist("moe.persist_steps", grid.steps)
-    for router, members in _router_groups(grid.labels).items():
-        members.sort(key=lambda m: m[1])
-        rows, experts = [m[0] for m in members], [m[1] for m in members]
-        if len(rows) < 2:
-            continue
-        c = np.nan_to_num(grid.values[rows])
-        # tokens summed over a few steps: counting noise averages out
-        window = ctx.persist("moe.window_steps", grid.steps)
-        st = imbalance_stats(ndimage.uniform_filter1d(c, size=min(window, c.shape[1]), axis=1, mode="nearest"))
-        prefix = f"{router}/" if router else ""
-        mask = st["maxvio"] >= th["moe.imbalance.maxvio"]
-        start, length = longest_run(mask)
-        if length >= max(persist, int(th["moe.imbalance.min_frac"] * mask.size)):
-            ep = slice(start, start + length)
-            share = c[:, ep].sum(axis=1) / max(c[:, ep].sum(), 1e-12)
-            hot = int(np.argmax(share))
-            level = float(np.median(st["maxvio"][ep]))
-            res.add(make_finding(
-                "ExpertImbalance", DIM, f"{prefix}expert:{experts[hot]}", grid.steps, start, start + length - 1,
-                severity(level, th["moe.imbalance.maxvio"], len(rows) - 1.0),
-                {"expert": experts[hot], "token_share": float(share[hot]), "cv": float(np.median(st["cv"][ep])),
-                 "maxvio": level, "entropy": float(np.median(st["entropy"][ep])), "experts": len(rows),
-                 "episode_steps": length, "cv_after": float(np.median(st["cv"][start + length:]))
-                 if start + length < mask.size else float(np.median(st["cv"][ep]))},
-                "moe.imbalance", start + persist - 1), (grid.steps, st["maxvio"]))
-        mean = st["total"] / len(rows)
-        cold = np.nan_to_num(c) < th["moe.dead.frac_of_mean"] * mean
-        dead_rows = []
-        dead_window = ctx.persist("moe.dead.steps", grid.steps)
-        for k in range(len(rows)):
-            s = first_run(cold[k], dead_window)
-            if s is not None and cold[k, s:].mean() >= th["moe.persist_frac"]:  # dead experts stay dead
-                dead_rows.append((k, s))
-        if dead_rows:
-            onset = min(s for _, s in dead_rows)
-            res.add(make_finding(
-                "DeadExperts", DIM, router or "router", grid.steps, onset, grid.steps.size - 1,
-                float(np.clip(0.5 + len(dead_rows) / len(rows), 0.5, 1.0)),
-                {"dead_experts": len(dead_rows), "experts": len(rows),
-                 "first_dead_expert": experts[min(dead_rows, key=lambda d: d[1])[0]]},
-                "moe.dead", onset + dead_window - 1), (grid.steps, cold.sum(axis=0).astype(float)))
-        if dropped is not None:
-            _dropping(ctx, res, router, dropped, grid.steps, st["total"])
-
-
-def _dropping(ctx: Context, res: FamilyResult, router: str, dropped, steps: np.ndarray, total: np.ndarray) -> None:
-    th = ctx.th
-    key = router if router in dropped.labels else ("" if "" in dropped.labels else None)
-    if key is None:
-        return
-    d = np.interp(steps, dropped.steps, np.nan_to_num(dropped.row(key)))
-    window = ctx.persist("moe.window_steps", steps)
-    total_w = ndimage.uniform_filter1d(total, size=min(window, total.size), mode="nearest")
-    d_w = ndimage.uniform_filter1d(d, size=min(window, d.size), mode="nearest")
-    with np.errstate(divide="ignore", invalid="ignore"):  # expert_tokens counts assignments before capacity
-        frac = np.where(total_w > 0, d_w / total_w, 0.0)
-    mask = frac >= th["moe.dropping.frac"]
-    start, length = longest_run(mask)
-    persist = ctx.persist("moe.persist_steps", steps)
-    if length < max(persist, int(th["moe.imbalance.min_frac"] * mask.size)):
-        return
-    ep = slice(start, start + length)
-    level = float(np.median(frac[ep]))
-    res.add(make_finding(
-        "TokenDropping", DIM, router or "router", steps, start, start + length - 1,
-        severity(level, th["moe.dropping.frac"], 0.9),
-        {"drop_fraction": level, "drop_fraction_max": float(frac.max()), "episode_steps": length},
-        "moe.dropping", start + persist - 1), (steps, frac))
-
-
-def _balance_loss(ctx: Context, res: FamilyResult) -> None:
-    """The load-balancing loss term (``aux_loss``, as added to the loss) a negligible share of the training loss:
-    the router gets no balancing gradient (coefficient 0, or far below the usual 1e-2)."""
-    th, view = ctx.th, ctx.view
-    if not (view.has("aux_loss") and view.has("loss")):
-        res.note("BalanceLossNegligible not judged: aux_loss or loss not recorded")
-        return
-    steps, aux = view.series("aux_loss")
-    if steps.size < th.int("diagnose.min_steps"):
-        return
-    res.judge("BalanceLossNegligible")
-    ls, loss = view.series("loss")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.abs(ffill(aux)) / np.abs(np.interp(steps, ls, ffill(loss)))
-    limit = th["moe.balance_loss.max_share"]
-    mask = np.nan_to_num(share, nan=np.inf) < limit
-    persist = ctx.persist("moe.persist_steps", steps)
-    start = first_run(mask, persist)
-    if start is None or mask[start:].mean() < th["moe.persist_frac"]:
-        return
-    level = float(np.nanmedian(share[start:]))
-    res.add(make_finding(
-        "BalanceLossNegligible", DIM, "", steps, start, steps.size - 1,
-        severity(limit / max(level, limit * 1e-3), 1.0, 1e3),
-        {"aux_share_of_loss": level, "aux_loss": float(np.nanmedian(np.abs(aux[start:]))), "threshold": limit},
-        "moe.balance_loss", start + persist - 1), (steps, share))

@@ -7,10 +7,15 @@ the knowledge base (keys ``gradient.*``); their sources are in ``cases/threshold
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
 import numpy as np
 
-from debugtune.engine.diagnose.base import Context, FamilyResult, layer_order, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.base import Context, layer_order, lr_schedule, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import (
     centred_median,
     dominant_period,
@@ -45,36 +50,40 @@ def global_norm(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         return grid.steps, np.sqrt(np.nansum(grid.values ** 2, axis=0))
 
 
-def detect(ctx: Context) -> FamilyResult:
-    res = FamilyResult(DIM)
-    view, th = ctx.view, ctx.th
-    if not view.has("grad_norm"):
-        res.note("gradient flow not diagnosed: no grad_norm metric in the telemetry")
-        return res
-    norms = _layers(ctx, view.by_entity("grad_norm"))
-    steps, gnorm = global_norm(ctx)
-    res.steps = int(steps.size)
-    if steps.size < th.int("diagnose.min_steps"):
-        res.note(f"gradient flow not diagnosed: {steps.size} steps recorded, at least "
-                 f"{th.int('diagnose.min_steps')} are needed to judge")
-        return res
-    _nan_inf(ctx, res, norms)
-    _explosion(ctx, res, norms, steps, gnorm)
-    _vanishing(ctx, res, norms)
-    _drift(ctx, res, steps, gnorm)
-    _sawtooth(ctx, res, steps, gnorm)
-    _dead_units(ctx, res)
-    _dead_outputs(ctx, res, norms)
-    _saturation(ctx, res)
-    _zero_update(ctx, res, norms)
-    _update_ratio(ctx, res)
-    _router(ctx, res, norms)
-    return res
+@dataclass
+class GradientData:
+    """What the gradient detectors share, computed on first use: the layers × steps grid of gradient norms and
+    the global norm per step."""
+
+    ctx: Context
+
+    @cached_property
+    def norms(self) -> Grid:
+        return _layers(self.ctx, self.ctx.view.by_entity("grad_norm"))
+
+    @cached_property
+    def global_norm(self) -> tuple[np.ndarray, np.ndarray]:
+        return global_norm(self.ctx)
+
+    @cached_property
+    def update_band(self) -> UpdateBand | None:
+        return _update_band(self.ctx)
+
+    def judged_norms(self) -> tuple[np.ndarray, np.ndarray]:
+        """The global norm, or NotJudged when too few steps of it were recorded."""
+        steps, g = self.global_norm
+        need_steps(self.ctx, steps, "grad_norm")
+        return steps, g
 
 
-def _nan_inf(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+def gradient_data(ctx: Context) -> GradientData:
+    return GradientData(ctx)
+
+
+def nan_inf(ctx: Context, data: GradientData, out: Emit) -> None:
     """NaN or Inf gradient values (grad_nan / grad_inf counts, or non-finite norms) in any layer."""
-    res.judge("NaNOrInf")
+    norms = data.norms
+    data.judged_norms()
     view = ctx.view
     grids = [view.nonfinite("grad_norm")]
     grids += [view.by_entity(m, reduce="max") for m in ("grad_nan", "grad_inf") if view.has(m)]
@@ -96,7 +105,7 @@ def _nan_inf(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     first = int(np.argmax(steps_bad))
     order = [n for n in norms.labels if n in bad_by_entity] + [n for n in bad_by_entity if n not in norms.labels]
     entity = next((n for n in order if bad_by_entity[n][first] and n), "")
-    res.add(make_finding(
+    out.add(make_finding(
         "NaNOrInf", DIM, entity, steps, first, int(np.flatnonzero(steps_bad)[-1]), 1.0,
         {"first_step": steps[first], "nonfinite_steps": int(steps_bad.sum()),
          "layers_affected": sum(1 for n in bad_by_entity if n)},
@@ -124,9 +133,10 @@ def _first_last_ratio(norms: Grid) -> np.ndarray:
         return np.where(last > 0, first / last, np.nan)
 
 
-def _explosion(ctx: Context, res: FamilyResult, norms: Grid, steps: np.ndarray, gnorm: np.ndarray) -> None:
+def explosion(ctx: Context, data: GradientData, out: Emit) -> None:
     th = ctx.th
-    res.judge("GradientExplosion")
+    norms = data.norms
+    steps, gnorm = data.judged_norms()
     g = ffill(gnorm)
     if not np.isfinite(g).any():
         return
@@ -169,21 +179,21 @@ def _explosion(ctx: Context, res: FamilyResult, norms: Grid, steps: np.ndarray, 
     sev, name, start, mask, peak, frac = best
     entity = norms.labels[0] if name == "first_last_ratio" and norms.labels else ""
     end = int(np.flatnonzero(mask)[-1])
-    res.add(make_finding(
+    out.add(make_finding(
         "GradientExplosion", DIM, entity, steps, start, end, sev,
-        {"rule": {"early_max": 1.0, "first_last_ratio": 2.0, "init_ratio": 3.0}[name], "peak_ratio": peak,
+        {"rule": name, "peak_ratio": peak,
          "grad_norm_peak": float(np.nanmax(g)),
          "grad_norm_early_max": float(ref), "fraction_of_steps": frac},
         f"gradient.explosion.{name}", start + (0 if name == "early_max" else persist - 1)),
         (steps, np.log10(np.maximum(g, 1e-30))))
 
 
-def _vanishing(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+def vanishing(ctx: Context, data: GradientData, out: Emit) -> None:
     th = ctx.th
+    norms = data.norms
+    data.judged_norms()
     if len(norms.labels) < 2:
-        res.note("GradientVanishing not judged: fewer than two layers recorded")
-        return
-    res.judge("GradientVanishing")
+        raise NotJudged("fewer than two layers recorded")
     ratio = _first_last_ratio(norms)
     first = ffill(norms.values[0])
     floor = th["gradient.vanishing.first_norm"]
@@ -200,11 +210,11 @@ def _vanishing(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     level = float(np.nanmedian(np.where(mask, ratio, np.nan)[start:]))
     limit = th["gradient.vanishing.first_last_ratio"]
     sev = severity(1 / max(level, 1e-30), 1 / limit, 1 / th["gradient.vanishing.saturate"])
-    res.add(make_finding(
+    out.add(make_finding(
         "GradientVanishing", DIM, norms.labels[0], norms.steps, start, int(np.flatnonzero(mask)[-1]), sev,
         {"first_last_ratio": level, "first_layer_norm": float(np.median(first[start:])),
          "last_layer_norm": float(np.nanmedian(norms.values[-1][start:])),
-         "fraction_of_steps": float(mask[start:].mean()), "all_layers": float(whole[start:].mean() >= 0.5)},
+         "fraction_of_steps": float(mask[start:].mean()), "all_layers": bool(whole[start:].mean() >= 0.5)},
         "gradient.vanishing.first_last_ratio", start + persist - 1),
         (norms.steps, np.log10(np.maximum(np.nan_to_num(ratio, nan=1.0), 1e-30))))
 
@@ -222,10 +232,10 @@ def _unconverged(ctx: Context, steps: np.ndarray) -> np.ndarray:
     return np.interp(steps, ls, np.abs(lv)) > ctx.th["gradient.vanishing.loss_share"] * start
 
 
-def _drift(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndarray) -> None:
+def drift(ctx: Context, data: GradientData, out: Emit) -> None:
     """A sustained monotone rise of the global norm (e.g. gradients accumulating without zero_grad)."""
     th = ctx.th
-    res.judge("GradNormDrift")
+    steps, gnorm = data.judged_norms()
     g = ffill(gnorm)
     if not np.isfinite(g).all():
         return
@@ -240,19 +250,19 @@ def _drift(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndarray
     if growth < th["gradient.drift.growth"] or rho < th["gradient.drift.rank_corr"]:
         return
     onset = int(np.argmax(g > head * np.sqrt(th["gradient.drift.growth"])))
-    res.add(make_finding(
+    out.add(make_finding(
         "GradNormDrift", DIM, "", steps, onset, n - 1, severity(growth, th["gradient.drift.growth"],
                                                                th["gradient.drift.growth"] * 10),
         {"growth": growth, "rank_correlation": rho, "grad_norm_start": head, "grad_norm_end": tail},
         "gradient.drift", max(onset, h)), (steps, np.log10(np.maximum(g, 1e-30))))
 
 
-def _sawtooth(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndarray) -> None:
+def sawtooth(ctx: Context, data: GradientData, out: Emit) -> None:
     """The global gradient norm climbs step after step and falls back at a fixed period: gradients pile up
     between resets (zero_grad called only every k steps). Found by the autocorrelation of the detrended
     log norm, as for the loss oscillation, plus the share of rising steps that makes it a sawtooth."""
     th = ctx.th
-    res.judge("GradNormSawtooth")
+    steps, gnorm = data.judged_norms()
     g = ffill(gnorm)
     judge_from = int(g.size * th["gradient.judge_after_frac"])
     y = np.log(np.maximum(g[judge_from:], 1e-30))
@@ -264,7 +274,7 @@ def _sawtooth(ctx: Context, res: FamilyResult, steps: np.ndarray, gnorm: np.ndar
     if not period or corr < th["gradient.sawtooth.acf"] or rising < th["gradient.sawtooth.rise_share"]:
         return
     swing = float(np.exp(2 * sinusoid_amplitude(resid, period)))
-    res.add(make_finding(
+    out.add(make_finding(
         "GradNormSawtooth", DIM, "", steps, judge_from, g.size - 1,
         severity(corr, th["gradient.sawtooth.acf"], 1.0),
         {"period_steps": float(period) * ctx.spacing(steps), "autocorrelation": corr, "rising_share": rising,
@@ -292,15 +302,11 @@ def _persistent_rows(ctx: Context, grid: Grid, limit: float, key: str) -> list[t
     return out
 
 
-def _dead_units(ctx: Context, res: FamilyResult) -> None:
+def dead_units(ctx: Context, data: GradientData, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    metric = "act_zero_frac" if view.has("act_zero_frac") else "grad_zero_frac" if view.has("grad_zero_frac") else None
-    if metric is None:
-        res.note("DeadUnits not judged: neither act_zero_frac nor grad_zero_frac recorded")
-        return
-    res.judge("DeadUnits")
+    metric = "act_zero_frac" if view.has("act_zero_frac") else "grad_zero_frac"
     grid = view.by_entity(metric)
-    grid = Grid(grid.metric, grid.labels, grid.steps, grid.values)
+    need_steps(ctx, grid.steps, metric)
     limit = th[f"gradient.dead_units.{metric}"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.dead_units")
     if not rows:
@@ -308,7 +314,7 @@ def _dead_units(ctx: Context, res: FamilyResult) -> None:
     i, start, frac, level = max(rows, key=lambda r: r[3])
     share = len(rows) / max(len(grid.labels), 1)
     depth = np.clip((level - limit) / max(th["gradient.dead_units.saturate"] - limit, 1e-9), 0.0, 1.0)
-    res.add(make_finding(
+    out.add(make_finding(
         "DeadUnits", DIM, str(grid.labels[i]), grid.steps, start, grid.steps.size - 1,
         0.5 + 0.25 * float(depth) + 0.25 * share,
         {metric: level, "threshold": limit, "fraction_of_steps": frac, "layers_affected": len(rows),
@@ -318,7 +324,7 @@ def _dead_units(ctx: Context, res: FamilyResult) -> None:
         (grid.steps, ffill(grid.values[i])))
 
 
-def _dead_outputs(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+def dead_outputs(ctx: Context, data: GradientData, out: Emit) -> None:
     """Output units that receive no gradient: something between the logits and the loss cuts it (a ReLU or
     clamp on the logits before a from-logits loss).
 
@@ -329,14 +335,11 @@ def _dead_outputs(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     before it means whole output rows got no error; a gradient that is zero everywhere, the output layer
     included, while the loss is still high is the extreme case."""
     th, view = ctx.th, ctx.view
-    if not view.has("grad_zero_frac"):
-        res.note("DeadOutputUnits not judged: grad_zero_frac not recorded")
-        return
+    norms = data.norms
     zf = _layers(ctx, view.by_entity("grad_zero_frac"))
+    need_steps(ctx, zf.steps, "grad_zero_frac")
     if len(zf.labels) < 2:
-        res.note("DeadOutputUnits not judged: fewer than two layers recorded")
-        return
-    res.judge("DeadOutputUnits")
+        raise NotJudged("fewer than two layers recorded")
     head, before = ffill(zf.values[-1]), ffill(zf.values[-2])
     excess = head - before
     limit = th["gradient.dead_outputs.excess"]
@@ -352,26 +355,23 @@ def _dead_outputs(ctx: Context, res: FamilyResult, norms: Grid) -> None:
     level = float(np.median(excess[start:]))
     all_zero = float(silent[start:].mean())
     sev = 1.0 if all_zero >= 0.5 else severity(max(level, 1e-9), limit, 1.0)
-    res.add(make_finding(
+    out.add(make_finding(
         "DeadOutputUnits", DIM, str(zf.labels[-1]), zf.steps, start, int(np.flatnonzero(mask)[-1]), sev,
         {"output_zero_frac": float(np.median(head[start:])), "previous_zero_frac": float(np.median(before[start:])),
          "excess_zero_frac": level, "all_zero_share": all_zero, "fraction_of_steps": float(mask[start:].mean())},
         "gradient.dead_outputs", start + persist - 1), (zf.steps, np.where(silent, 1.0, excess)))
 
 
-def _saturation(ctx: Context, res: FamilyResult) -> None:
+def saturation(ctx: Context, data: GradientData, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not view.has("act_sat_frac"):
-        res.note("ActivationSaturation not judged: act_sat_frac not recorded (attach with activations=True)")
-        return
-    res.judge("ActivationSaturation")
     grid = view.by_entity("act_sat_frac")
+    need_steps(ctx, grid.steps, "act_sat_frac")
     limit = th["gradient.saturation.act_sat_frac"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.saturation")
     if not rows:
         return
     i, start, frac, level = max(rows, key=lambda r: r[3])
-    res.add(make_finding(
+    out.add(make_finding(
         "ActivationSaturation", DIM, str(grid.labels[i]), grid.steps, start, grid.steps.size - 1,
         severity(level, limit, 1.0), {"act_sat_frac": level, "threshold": limit, "fraction_of_steps": frac,
                                       "layers_affected": len(rows)},
@@ -379,21 +379,21 @@ def _saturation(ctx: Context, res: FamilyResult) -> None:
         (grid.steps, ffill(grid.values[i])))
 
 
-def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
+def zero_update(ctx: Context, data: GradientData, out: Emit) -> None:
     """Layers whose weights never change while others do: frozen, or missing from the optimizer.
 
-    A layer counts when its update is zero on most steps, when it has gradients but no update was ever
-    recorded for it (the probe records updates of the parameters the optimizer holds), or when the
-    probe reports parameters that require no gradient."""
+    A layer counts when it requires a gradient and its update is zero on most steps, or when it has gradients
+    but no update was ever recorded for it (the probe records updates of the parameters the optimizer holds).
+    Parameters that require no gradient are frozen on purpose (a fine-tuned backbone): a note, not a finding."""
     th, view = ctx.th, ctx.view
-    metric = "update_norm" if view.has("update_norm") else "update_ratio" if view.has("update_ratio") else None
+    metric = "update_norm" if view.has("update_norm") else "update_ratio"
     params = (ctx.meta.get("probe") or {}).get("params") or {}
-    frozen_names = [str(n).rpartition(".")[0] or str(n) for n in params.get("frozen_names") or []]
-    if metric is None and not frozen_names:
-        res.note("ZeroUpdate not judged: neither update_norm nor update_ratio recorded")
-        return
-    res.judge("ZeroUpdate")
-    grid = _layers(ctx, view.by_entity(metric)) if metric else Grid("", (), norms.steps, np.zeros((0, 0)))
+    on_purpose = {str(n).rpartition(".")[0] or str(n) for n in params.get("frozen_names") or []}
+    if on_purpose:
+        out.note(f"{len(on_purpose)} layer(s) frozen on purpose (requires_grad=False), not counted as ZeroUpdate")
+    norms = data.norms
+    need_steps(ctx, norms.steps, "grad_norm")
+    grid = _layers(ctx, view.by_entity(metric))
     frozen: list[str] = []
     moving: list[str] = []
     start_step = int(norms.steps[0]) if norms.steps.size else 0
@@ -406,83 +406,101 @@ def _zero_update(ctx: Context, res: FamilyResult, norms: Grid) -> None:
         if still.any():
             start_step = int(grid.steps[int(np.argmax(zero[int(np.argmax(still))]))])
         frozen += [n for n in norms.labels if n not in grid.labels]  # gradients, but never updated
-    frozen += [n for n in frozen_names if n not in frozen]
+    frozen = [n for n in frozen if n not in on_purpose]
     if not frozen or (not moving and not grid.empty):
         return
-    layers = list(dict.fromkeys([*norms.labels, *grid.labels, *frozen_names]))
+    layers = list(dict.fromkeys([*norms.labels, *grid.labels]))
     ordered = layer_order(ctx.view, list(dict.fromkeys(frozen)))
     steps = norms.steps if norms.steps.size else grid.steps
     # the update grid may be sparser than the gradient steps (detail steps only): find its step on this axis
     start = min(int(np.searchsorted(steps, start_step)), steps.size - 1)
     share = len(set(frozen)) / max(len(layers), 1)
-    res.add(make_finding(
+    out.add(make_finding(
         "ZeroUpdate", DIM, ordered[0], steps, start, steps.size - 1, float(np.clip(0.5 + share, 0.5, 1.0)),
         {"layers_frozen": len(set(frozen)), "layers_total": len(layers),
-         "has_gradient": 1.0 if ordered[0] in norms.labels else 0.0,
-         "in_optimizer": 1.0 if ordered[0] in grid.labels else 0.0},
-        f"gradient.zero_update.{metric or 'probe'}", start + ctx.persist("gradient.persist_steps", steps) - 1),
+         "has_gradient": ordered[0] in norms.labels, "in_optimizer": ordered[0] in grid.labels},
+        f"gradient.zero_update.{metric}", start + ctx.persist("gradient.persist_steps", steps) - 1),
         (steps, np.ones(steps.size)))
 
 
-def _update_ratio(ctx: Context, res: FamilyResult) -> None:
-    """The median per-layer update/weight ratio out of band: a sustained episode above the upper
-    bound, or most of the learning phase (after warm-up, before decay, the first part of the run) below
-    the lower bound."""
-    th, view = ctx.th, ctx.view
-    if not view.has("update_ratio"):
-        res.note("UpdateRatioTooHigh/UpdateRatioTooLow not judged: update_ratio not recorded")
-        return
-    res.judge("UpdateRatioTooHigh", "UpdateRatioTooLow")
-    grid = _layers(ctx, view.by_entity("update_ratio"))
+@dataclass(frozen=True)
+class UpdateBand:
+    """The per-step median and upper quartile over layers of the update/weight ratio (frozen layers left out)."""
+
+    steps: np.ndarray
+    median: np.ndarray
+    upper: np.ndarray
+    persist: int
+    high_start: int | None     # where a sustained episode above the band begins (None: none)
+
+
+def _update_band(ctx: Context) -> UpdateBand | None:
+    th = ctx.th
+    grid = _layers(ctx, ctx.view.by_entity("update_ratio"))
+    need_steps(ctx, grid.steps, "update_ratio")
     if grid.empty:
-        return
+        return None
     v = grid.values.copy()
     v[v <= th["gradient.zero_update.eps"]] = np.nan  # frozen layers are ZeroUpdate's business
     if not np.isfinite(v).any():
-        return
+        return None
     med = ffill(np.nanmedian(v, axis=0))
     upper = ffill(np.nanpercentile(v, 75, axis=0))  # "too low" must hold for most layers, not just dead ones
-    n, persist = med.size, ctx.persist("gradient.persist_steps", grid.steps)
-    sched = lr_schedule(ctx, grid.steps)
-    hi, lo = th["gradient.update_ratio.high"], th["gradient.update_ratio.low"]
-    high = med > hi
-    start = first_run(high, persist)
-    direction = 1.0
-    if start is None:
-        # too low while the model should still be learning: after any warm-up, in the first part of the run
-        # (a converging model's updates shrink by themselves) and before any scheduled decay
-        judge_from = max(int(n * th["gradient.judge_after_frac"]), sched.warmup_end)
-        end = min(sched.first_drop(n), max(judge_from + persist, int(n * th["gradient.update_ratio.low_window_frac"])))
-        low = upper < lo
-        med = upper
-        low[:judge_from] = False
-        low[end:] = False
-        start = first_run(low, persist)
-        span = max(end - judge_from, 1)
-        if start is None or low[judge_from:end].sum() / span < th["gradient.persist_frac"]:
-            return
-        direction, mask = -1.0, low
-    else:
-        mask = high
-    stop = int(np.flatnonzero(mask)[-1])
-    level = float(np.median(med[start: stop + 1]))
-    sev = severity(level, hi, hi * 100) if direction > 0 else severity(1 / level, 1 / lo, 100 / lo)
-    res.add(make_finding(
-        "UpdateRatioTooHigh" if direction > 0 else "UpdateRatioTooLow", DIM, "", grid.steps, start, stop, sev,
-        {"update_ratio_median": level, "direction": direction, "band_low": lo, "band_high": hi,
-         "steps_out_of_band": int(mask.sum())},
-        "gradient.update_ratio", start + persist - 1),
-        (grid.steps, np.log10(np.maximum(med, 1e-30))))
+    persist = ctx.persist("gradient.persist_steps", grid.steps)
+    return UpdateBand(grid.steps, med, upper, persist, first_run(med > th["gradient.update_ratio.high"], persist))
 
 
-def _router(ctx: Context, res: FamilyResult, norms: Grid) -> None:
-    th, view = ctx.th, ctx.view
-    if not view.has("router_grad_norm"):
-        if view.has("expert_tokens"):
-            res.note("RouterGradVanishing not judged: router_grad_norm not recorded")
+def update_ratio_high(ctx: Context, data: GradientData, out: Emit) -> None:
+    """The median per-layer update/weight ratio above the band for a sustained episode."""
+    band = data.update_band
+    if band is None or band.high_start is None:
         return
-    res.judge("RouterGradVanishing")
+    hi = ctx.th["gradient.update_ratio.high"]
+    mask = band.median > hi
+    _emit_band(ctx, out, "UpdateRatioTooHigh", band, band.median, mask, band.high_start,
+               lambda level: severity(level, hi, hi * 100))
+
+
+def update_ratio_low(ctx: Context, data: GradientData, out: Emit) -> None:
+    """The update/weight ratio of most layers below the band through most of the learning phase: after any
+    warm-up, in the first part of the run (a converging model's updates shrink by themselves) and before any
+    scheduled decay. A run with a sustained episode above the band is not judged too low."""
+    th = ctx.th
+    band = data.update_band
+    if band is None or band.high_start is not None:
+        return
+    n, persist, lo = band.upper.size, band.persist, th["gradient.update_ratio.low"]
+    sched = lr_schedule(ctx, band.steps)
+    judge_from = max(int(n * th["gradient.judge_after_frac"]), sched.warmup_end)
+    end = min(sched.first_drop(n), max(judge_from + persist, int(n * th["gradient.update_ratio.low_window_frac"])))
+    low = band.upper < lo
+    low[:judge_from] = False
+    low[end:] = False
+    start = first_run(low, persist)
+    if start is None or low[judge_from:end].sum() / max(end - judge_from, 1) < th["gradient.persist_frac"]:
+        return
+    _emit_band(ctx, out, "UpdateRatioTooLow", band, band.upper, low, start,
+               lambda level: severity(1 / level, 1 / lo, 100 / lo))
+
+
+def _emit_band(ctx: Context, out: Emit, symptom: str, band: UpdateBand, level_of: np.ndarray, mask: np.ndarray,
+               start: int, sev: Callable[[float], float]) -> None:
+    th = ctx.th
+    stop = int(np.flatnonzero(mask)[-1])
+    level = float(np.median(level_of[start: stop + 1]))
+    out.add(make_finding(
+        symptom, DIM, "", band.steps, start, stop, sev(level),
+        {"update_ratio_median": level, "band_low": th["gradient.update_ratio.low"],
+         "band_high": th["gradient.update_ratio.high"], "steps_out_of_band": int(mask.sum())},
+        "gradient.update_ratio", start + band.persist - 1),
+        (band.steps, np.log10(np.maximum(level_of, 1e-30))))
+
+
+def router(ctx: Context, data: GradientData, out: Emit) -> None:
+    th, view = ctx.th, ctx.view
+    norms = data.norms
     routers = view.by_entity("router_grad_norm")
+    need_steps(ctx, routers.steps, "router_grad_norm")
     ref = np.nanmedian(norms.values, axis=0) if not norms.empty else np.full(routers.steps.size, np.nan)
     if not norms.empty and norms.steps.size != routers.steps.size:
         ref = np.interp(routers.steps, norms.steps, ffill(ref))
@@ -499,7 +517,7 @@ def _router(ctx: Context, res: FamilyResult, norms: Grid) -> None:
         ep = slice(start, start + length)
         rel_med = float(np.nanmedian(rel[ep])) if np.isfinite(rel[ep]).any() else float("nan")
         sev = severity(ratio_limit / max(rel_med, 1e-30), 1.0, 1e3) if np.isfinite(rel_med) else 0.75
-        res.add(make_finding(
+        out.add(make_finding(
             "RouterGradVanishing", DIM, str(name), routers.steps, start, start + length - 1, sev,
             {"router_grad_norm": float(np.median(r[ep])), "relative_to_layers": rel_med,
              "router_grad_norm_min": float(np.min(r)), "vanished_steps": length,

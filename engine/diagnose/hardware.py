@@ -6,31 +6,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from debugtune.engine.diagnose.base import Context, FamilyResult, make_finding, severity
+from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.registry import Emit, need_steps
 from debugtune.engine.diagnose.stats import ffill, first_run, smooth
 
 DIM = "hardware"
 
 
-def detect(ctx: Context) -> FamilyResult:
-    res = FamilyResult(DIM)
-    view, th = ctx.view, ctx.th
-    present = [m for m in ("util_pct", "mem_used_bytes", "temp_c", "clock_mhz", "throttle", "power_w",
-                           "dataloader_wait_ms", "cpu_util_pct", "rss_bytes") if view.has(m)]
-    if not present:
-        res.note("hardware flow not diagnosed: no hardware counters or data-loader wait in the telemetry")
-        return res
-    res.steps = int(max(view.steps(m).size for m in present))
-    if res.steps < th.int("diagnose.min_steps"):
-        res.note(f"hardware flow not diagnosed: {res.steps} steps recorded, at least "
-                 f"{th.int('diagnose.min_steps')} are needed to judge")
-        return res
-    _utilisation(ctx, res)
-    _memory(ctx, res)
-    _throttling(ctx, res)
-    _dataloader(ctx, res)
-    return res
+def _hardware_steps(ctx: Context, metric: str) -> None:
+    """NotJudged when ``metric`` has fewer recorded steps than the knowledge base's minimum."""
+    need_steps(ctx, ctx.view.steps(metric), metric)
 
 
 def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool) -> tuple[int, int, float, int] | None:
@@ -50,30 +36,24 @@ def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool) -> tupl
     return best
 
 
-def _utilisation(ctx: Context, res: FamilyResult) -> None:
+def utilisation(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not view.has("util_pct"):
-        if str(ctx.meta.get("device_kind", "")).lower() not in ("", "cpu"):
-            res.note("LowAcceleratorUtilization not judged: util_pct not recorded")
-        return
-    res.judge("LowAcceleratorUtilization")
+    _hardware_steps(ctx, "util_pct")
     grid = view.by_entity("util_pct")
     limit = th["hardware.util.low_pct"]
     hit = _persistent_low(ctx, grid, limit, below=True)
     if hit is None:
         return
     i, start, level, detected = hit
-    res.add(make_finding(
+    out.add(make_finding(
         "LowAcceleratorUtilization", DIM, str(grid.labels[i]) or "device", grid.steps, start, grid.steps.size - 1,
         severity(limit / max(level, 1e-3), 1.0, limit), {"util_pct": level, "threshold_pct": limit},
         "hardware.util", detected), (grid.steps, ffill(grid.values[i])))
 
 
-def _memory(ctx: Context, res: FamilyResult) -> None:
+def memory(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not (view.has("mem_used_bytes") and view.has("mem_total_bytes")):
-        return
-    res.judge("MemoryPressure")
+    _hardware_steps(ctx, "mem_used_bytes")
     used, total = view.by_entity("mem_used_bytes", reduce="max"), view.by_entity("mem_total_bytes", reduce="max")
     if used.values.shape != total.values.shape:
         return
@@ -84,17 +64,15 @@ def _memory(ctx: Context, res: FamilyResult) -> None:
     if hit is None:
         return
     i, start, level, detected = hit
-    res.add(make_finding(
+    out.add(make_finding(
         "MemoryPressure", DIM, str(used.labels[i]) or "device", used.steps, start, used.steps.size - 1,
         severity(level, limit, 1.0), {"used_fraction": level, "threshold": limit},
         "hardware.memory", detected), (used.steps, ffill(frac.values[i])))
 
 
-def _throttling(ctx: Context, res: FamilyResult) -> None:
+def throttling(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not (view.has("throttle") or view.has("clock_mhz")):
-        return
-    res.judge("ThermalThrottling")
+    _hardware_steps(ctx, "throttle" if view.has("throttle") else "clock_mhz")
     best = None
     if view.has("throttle"):
         g = view.by_entity("throttle", reduce="max")
@@ -122,17 +100,15 @@ def _throttling(ctx: Context, res: FamilyResult) -> None:
         ev["temp_c_max"] = float(np.nanmax(view.by_entity("temp_c").values))
     if view.has("power_w"):
         ev["power_w_max"] = float(np.nanmax(view.by_entity("power_w").values))
-    res.add(make_finding(
+    out.add(make_finding(
         "ThermalThrottling", DIM, entity or "device", g.steps, start, g.steps.size - 1,
         severity(level, th["hardware.throttle.frac"] if rule == "flag" else th["hardware.clock.deficit"], 1.0),
         ev, f"hardware.throttle.{rule}", start), (g.steps, mask.astype(float)))
 
 
-def _dataloader(ctx: Context, res: FamilyResult) -> None:
+def dataloader(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    if not view.has("dataloader_wait_ms"):
-        return
-    res.judge("DataLoaderWait")
+    _hardware_steps(ctx, "dataloader_wait_ms")
     wait = view.by_rank("dataloader_wait_ms")
     step = view.by_rank("step_time_ms") if view.has("step_time_ms") else None
     share = None
@@ -158,7 +134,7 @@ def _dataloader(ctx: Context, res: FamilyResult) -> None:
           float(1 if single else np.sum(per_rank >= abs_limit))}
     if share is not None:
         ev["share_of_step"] = float(np.nanmean(share[i][start:]))
-    res.add(make_finding(
+    out.add(make_finding(
         "DataLoaderWait", DIM, entity, wait.steps, start, wait.steps.size - 1,
         severity(float(np.mean(w[start:])), floor, abs_limit * 20), ev,
         "hardware.dataloader", start + window - 1), (wait.steps, w))

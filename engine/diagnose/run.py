@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,22 +13,17 @@ import networkx as nx
 import numpy as np
 import pyarrow as pa
 
-from debugtune.engine.diagnose import communication, convergence, gradient, hardware
-from debugtune.engine.diagnose.base import Context, FamilyResult
+from debugtune.engine.diagnose.base import Context
 from debugtune.engine.diagnose.correlation import correlation_edges
+from debugtune.engine.diagnose.detectors import DETECTORS
 from debugtune.engine.diagnose.errors import DiagnoseError
 from debugtune.engine.diagnose.frame import TelemetryView
+from debugtune.engine.diagnose.registry import run_detectors
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.engine.telemetry import TelemetryError, read_telemetry
 from debugtune.kg.records import DIMENSIONS, CorrelationEdge, Finding
 
 _COLUMNS = ("rank", "step", "dimension", "metric", "entity", "value")  # the run column is not needed
-
-FAMILIES: dict[str, Callable[[Context], FamilyResult]] = {
-    "gradient": gradient.detect, "convergence": convergence.detect,
-    "communication": communication.detect, "hardware": hardware.detect,
-}
-
 
 @dataclass
 class Diagnosis:
@@ -67,28 +62,29 @@ def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str]
     dims = check_dimensions(dimensions)
     timing = {} if timing is None else timing
     ctx = Context(view, th)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        # all-NaN slices (a layer missing on some steps) give NaN, which the detectors handle
+        warnings.simplefilter("ignore", RuntimeWarning)
+        results = run_detectors(ctx, DETECTORS, dims)
+    timing["detect"] = time.perf_counter() - t0
     findings: list[Finding] = []
     series: dict = {}
     judged: set[str] = set()
     coverage: dict[str, str] = {}
     notes: list[str] = []
-    steps = 0
     for dim in DIMENSIONS:
         if dim not in dims:
             coverage[dim] = "not requested"
             continue
-        t0 = time.perf_counter()
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            # all-NaN slices (a layer missing on some steps) give NaN, which the detectors handle
-            warnings.simplefilter("ignore", RuntimeWarning)
-            res = FAMILIES[dim](ctx)
-        timing[f"detect.{dim}"] = time.perf_counter() - t0
+        res = results[dim]
+        timing[f"detect.{dim}"] = res.seconds
         findings += res.findings
         series.update(res.series)
         judged |= res.judged
         notes += res.notes
-        steps = max(steps, res.steps)
         coverage[dim] = "diagnosed" if res.judged else "not diagnosed"
+    steps = int(np.unique(view.step).size)
     t0 = time.perf_counter()
     edges, graph = correlation_edges(findings, series, th)
     timing["correlation"] = time.perf_counter() - t0

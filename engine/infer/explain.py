@@ -9,8 +9,10 @@ from debugtune.engine.infer.model import CausalModel
 from debugtune.kg.records import Finding
 
 
-def _g(ev: Mapping[str, float], key: str, default: float = float("nan")) -> float:
-    return float(ev.get(key, default))
+def _g(ev: Mapping[str, float | str | bool], key: str, default: float = float("nan")) -> float:
+    """A numeric evidence value (NaN when absent or categorical)."""
+    value = ev.get(key, default)
+    return default if isinstance(value, str) else float(value)
 
 
 def _where(f: Finding) -> str:
@@ -51,10 +53,10 @@ def _spike(f: Finding) -> str:
 
 def _explosion(f: Finding) -> str:
     e = f.evidence
-    if _g(e, "rule", 1.0) == 3.0:
+    if e.get("rule") == "init_ratio":
         return (f"the gradients were {_g(e, 'peak_ratio'):.1f}× the weights' norm from the first step "
                 f"(layer median), the scale at which one update rewrites the initialisation")
-    if _g(e, "rule", 1.0) == 2.0:
+    if e.get("rule") == "first_last_ratio":
         return (f"the first layer's gradient ({f.entity}) reached {_g(e, 'peak_ratio'):.0f}× the last layer's "
                 f"from step {f.onset_step}")
     return (f"the gradient norm reached {_g(e, 'peak_ratio'):.0f}× its early maximum ({_g(e, 'grad_norm_peak'):.3g}) "
@@ -71,7 +73,7 @@ def _dead(f: Finding) -> str:
 
 def _update_ratio(f: Finding) -> str:
     e = f.evidence
-    side = "above" if _g(e, "direction", 1) > 0 else "below"
+    side = "above" if f.symptom == "UpdateRatioTooHigh" else "below"
     return (f"the update/weight ratio was {_g(e, 'update_ratio_median'):.1e}, {side} the band "
             f"[{_g(e, 'band_low'):.0e}, {_g(e, 'band_high'):.0e}] from step {f.onset_step}")
 
@@ -100,7 +102,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                         f"{_g(f.evidence, 'calibrated_loss_bound'):.3g} of a calibrated model"),
     "GradientVanishing": lambda f: (f"every layer's gradient norm was {_g(f.evidence, 'last_layer_norm'):.1e} or less "
                                     f"from step {f.onset_step} while the loss had not converged"
-                                    if _g(f.evidence, "all_layers", 0) else
+                                    if f.evidence.get("all_layers") else
                                     f"the first layer's gradient ({f.entity}) was "
                                     f"{_g(f.evidence, 'first_last_ratio'):.1e} of the last layer's from step "
                                     f"{f.onset_step}"),
@@ -113,7 +115,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                        f"saturated from step {f.onset_step}"),
     "ZeroUpdate": lambda f: (f"{int(_g(f.evidence, 'layers_frozen'))} of {int(_g(f.evidence, 'layers_total'))} layers "
                              f"(first {f.entity}) never changed"
-                             + ("" if _g(f.evidence, "has_gradient", 0) else ", and received no gradient")),
+                             + ("" if f.evidence.get("has_gradient", True) else ", and received no gradient")),
     "Overfitting": lambda f: (f"validation loss rose {_g(f.evidence, 'relative_rise'):.0%} above its minimum "
                               f"{_g(f.evidence, 'eval_loss_min'):.3g} from step {f.onset_step} while the training loss "
                               f"kept falling"),

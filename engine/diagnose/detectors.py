@@ -1,0 +1,109 @@
+"""Every detector, registered in one table (the contract test in ``tests/test_detector_contract.py`` is
+parametrised over it). Adding a detector: ``docs/diagnose.md`` → "Adding a detector".
+
+A row names the symptom it judges (a ``dt:Symptom`` of the knowledge base), the metrics it requires (groups of
+alternatives), the threshold keys it reads (a trailing ``*`` is a prefix), the function, the family's shared
+precomputation, and the causes it must find wherever their fault manifested (its direct evidence).
+"""
+
+from __future__ import annotations
+
+from debugtune.engine.diagnose import communication as comm
+from debugtune.engine.diagnose import convergence as conv
+from debugtune.engine.diagnose import experts as moe
+from debugtune.engine.diagnose import gradient as grad
+from debugtune.engine.diagnose import hardware as hw
+from debugtune.engine.diagnose.registry import Detector
+
+_MIN = "diagnose.min_steps"
+_GP = ("gradient.persist_steps", "gradient.persist_frac", "gradient.judge_after_frac", _MIN)
+_CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.warmup.start_frac",
+       "convergence.lr_drop.*", "convergence.persist_steps", _MIN)
+_MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", _MIN)
+_COMM = ("communication.persist_steps", "communication.persist_frac", _MIN)
+_HW = ("hardware.persist_steps", "hardware.persist_frac", _MIN)
+G, C, M, H = "gradient", "convergence", "communication", "hardware"
+_GN = (("grad_norm",),)
+
+DETECTORS: tuple[Detector, ...] = (
+    # -- gradient flow ---------------------------------------------------------------------------------
+    Detector("gradient.nan_inf", "NaNOrInf", G, _GN, _GP, grad.nan_inf, grad.gradient_data),
+    Detector("gradient.explosion", "GradientExplosion", G, _GN, (*_GP, "gradient.explosion.*"),
+             grad.explosion, grad.gradient_data),
+    Detector("gradient.vanishing", "GradientVanishing", G, _GN,
+             (*_GP, "gradient.vanishing.*"), grad.vanishing, grad.gradient_data),
+    Detector("gradient.drift", "GradNormDrift", G, _GN, (*_GP, "gradient.drift.*"), grad.drift,
+             grad.gradient_data),
+    Detector("gradient.sawtooth", "GradNormSawtooth", G, _GN, (*_GP, "gradient.sawtooth.*"), grad.sawtooth,
+             grad.gradient_data),
+    Detector("gradient.dead_units", "DeadUnits", G, (("act_zero_frac", "grad_zero_frac"),),
+             (*_GP, "gradient.dead_units.*"), grad.dead_units, grad.gradient_data),
+    Detector("gradient.dead_outputs", "DeadOutputUnits", G, (("grad_norm",), ("grad_zero_frac",)),
+             (*_GP, "gradient.dead_outputs.*", "gradient.zero_update.eps", "gradient.vanishing.loss_share"),
+             grad.dead_outputs, grad.gradient_data),
+    Detector("gradient.saturation", "ActivationSaturation", G, (("act_sat_frac",),),
+             (*_GP, "gradient.saturation.*"), grad.saturation, grad.gradient_data),
+    Detector("gradient.zero_update", "ZeroUpdate", G, (("grad_norm",), ("update_norm", "update_ratio")),
+             (*_GP, "gradient.zero_update.*"), grad.zero_update, grad.gradient_data),
+    Detector("gradient.update_ratio.high", "UpdateRatioTooHigh", G, (("update_ratio",),),
+             (*_GP, "gradient.update_ratio.*", "gradient.zero_update.eps"), grad.update_ratio_high,
+             grad.gradient_data),
+    Detector("gradient.update_ratio.low", "UpdateRatioTooLow", G, (("update_ratio",),),
+             (*_GP, "gradient.update_ratio.*", "gradient.zero_update.eps", "convergence.warmup.start_frac",
+              "convergence.lr_drop.*"), grad.update_ratio_low, grad.gradient_data),
+    Detector("gradient.router", "RouterGradVanishing", G, (("router_grad_norm",),),
+             (*_GP, "gradient.router.*"), grad.router, grad.gradient_data),
+    # -- convergence: the loss curve -------------------------------------------------------------------
+    Detector("convergence.nonfinite_loss", "NaNOrInf", C, (("loss",),), _CV, conv.nonfinite_loss,
+             conv.convergence_data),
+    Detector("convergence.spike", "LossSpike", C, (("loss",),), (*_CV, "convergence.spike.*"), conv.spikes,
+             conv.convergence_data),
+    Detector("convergence.divergence", "LossDivergence", C, (("loss",),), (*_CV, "convergence.divergence.*"),
+             conv.divergence, conv.convergence_data),
+    Detector("convergence.plateau", "LossPlateau", C, (("loss",),),
+             (*_CV, "convergence.plateau.*", "convergence.divergence.rise"), conv.plateau, conv.convergence_data),
+    Detector("convergence.underconfident", "UnderconfidentOutputs", C, (("loss",), ("accuracy",)),
+             (*_CV, "convergence.underconfident.*"), conv.underconfident, conv.convergence_data),
+    Detector("convergence.slow", "SlowConvergence", C, (("loss",),),
+             (*_CV, "convergence.slow.*", "convergence.plateau.min_improvement"), conv.slow, conv.convergence_data),
+    Detector("convergence.oscillation", "LossOscillation", C, (("loss",),), (*_CV, "convergence.oscillation.*"),
+             conv.oscillation, conv.convergence_data),
+    Detector("convergence.overfit", "Overfitting", C, (("loss",), ("eval_loss",)), (*_CV, "convergence.overfit.*"),
+             conv.overfitting, conv.convergence_data),
+    Detector("convergence.val_gap", "ValidationAboveTraining", C, (("loss",), ("accuracy",), ("eval_accuracy",)),
+             (*_CV, "convergence.val_gap.*", "convergence.overfit.min_evals"), conv.validation_above_training,
+             conv.convergence_data),
+    # -- convergence: experts --------------------------------------------------------------------------
+    Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, "moe.imbalance.*"),
+             moe.imbalance, moe.expert_data),
+    Detector("moe.dead", "DeadExperts", C, (("expert_tokens",),), (*_MOE, "moe.dead.*"), moe.dead, moe.expert_data),
+    Detector("moe.dropping", "TokenDropping", C, (("expert_tokens",), ("dropped_tokens", "dropped_token_frac")),
+             (*_MOE, "moe.dropping.*", "moe.imbalance.min_frac"), moe.dropping, moe.expert_data,
+             signature_of=("CapacityFactorTooLow",)),
+    Detector("moe.balance_loss", "BalanceLossNegligible", C, (("aux_loss",), ("loss",)),
+             (*_MOE, "moe.balance_loss.*"), moe.balance_loss, signature_of=("AuxLossDisabled",)),
+    # -- communication -------------------------------------------------------------------------------
+    Detector("communication.slow_rank", "SlowRank", M,
+             (("collective_ms", "comm_ms", "compute_ms", "step_time_ms", "free_ms"),),
+             (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*"), comm.slow_rank),
+    Detector("communication.slow_link", "SlowLink", M, (("link_bw_gbps",),),
+             (*_COMM, "communication.slow_link.*"), comm.slow_link),
+    Detector("communication.bandwidth", "LowBandwidthUtilization", M, (("busbw_gbps", "collective_bytes"),),
+             (*_COMM, "communication.bandwidth.*", "link_peak_gbps.*", "busbw.*"), comm.bandwidth),
+    Detector("communication.comm_share", "HighCommunicationShare", M,
+             (("comm_not_overlapped_ms", "comm_ms"), ("step_time_ms",)),
+             (*_COMM, "communication.comm_share.*"), comm.comm_share),
+    Detector("communication.alltoall", "AllToAllImbalance", M, (("alltoall_bytes",),),
+             (*_COMM, "communication.alltoall.*"), comm.alltoall),
+    Detector("communication.step_time", "StepTimeRegression", M, (("step_time_ms",),),
+             (*_COMM, "communication.step_time.*"), comm.step_time),
+    # -- hardware ------------------------------------------------------------------------------------
+    Detector("hardware.util", "LowAcceleratorUtilization", H, (("util_pct",),), (*_HW, "hardware.util.*"),
+             hw.utilisation),
+    Detector("hardware.memory", "MemoryPressure", H, (("mem_used_bytes",), ("mem_total_bytes",)),
+             (*_HW, "hardware.memory.*"), hw.memory),
+    Detector("hardware.throttle", "ThermalThrottling", H, (("throttle", "clock_mhz"),),
+             (*_HW, "hardware.throttle.*", "hardware.clock.*"), hw.throttling),
+    Detector("hardware.dataloader", "DataLoaderWait", H, (("dataloader_wait_ms",),),
+             (*_HW, "hardware.dataloader.*"), hw.dataloader),
+)

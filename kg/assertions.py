@@ -31,8 +31,13 @@ def finding_iri(run_id: str, finding_id: str) -> str:
     return run_base(run_id) + "finding/" + quote(finding_id, safe="")
 
 
-def _triples(subject: str, pairs: Iterable[tuple[str, str]]) -> str:
+def triples(subject: str, pairs: Iterable[tuple[str, str]]) -> str:
+    """One subject's triples in Turtle (also the body of a SPARQL ``INSERT DATA``): ``pairs`` are (predicate,
+    object) terms already written (prefixed names, ``iri(...)``, ``literal(...)``)."""
     return f"{iri(subject)} " + " ;\n    ".join(f"{p} {o}" for p, o in pairs) + " .\n"
+
+
+_triples = triples
 
 
 def _now() -> str:

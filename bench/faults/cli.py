@@ -1,4 +1,9 @@
-"""``python -m bench.faults``: train the matrix (cached), check manifestation, diagnose, score, print side by side."""
+"""``python -m bench.faults``: train the matrix (cached), check manifestation, diagnose every run, then score
+leave-one-family-out (the headline), the AutoTrainer rules beside it, and in-distribution beneath.
+
+``--write-calibration`` writes the knowledge base's calibration fitted on every family (profiles, links, leaks)
+with the temperature fitted on out-of-family predictions (``cases/links-calibrated.ttl``,
+``cases/thresholds/leaks.ttl``, ``cases/thresholds/calibration.ttl``)."""
 
 from __future__ import annotations
 
@@ -16,9 +21,14 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.faults import runner
+from bench.faults.calibration import Sample, base_store, cause_sources, diagnose_sample, to_turtle
 from bench.faults.diagnosis import SYSTEMS, Ranked, diagnose_both
+from bench.faults.lofo import Lofo, in_distribution, lofo, shipped
 from bench.faults.matrix import SEEDS, Cell, full_matrix, quick_matrix, references
+from bench.faults.report import figures_dict, print_lofo
 from bench.faults.score import Judged, score
+from debugtune.engine.diagnose import Thresholds
+from debugtune.engine.infer.model import load_model
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -30,11 +40,34 @@ class BenchResult:
     figures: dict[str, dict[str, Any]]
     seconds: dict[str, float]
     out: Path
+    lofo: Lofo | None = None
+    samples: list[Sample] | None = None
 
 
-def _diagnose_worker(path: str) -> dict[str, Ranked]:
+_BASE: Any = None
+
+
+def _base() -> tuple[Any, Thresholds]:
+    """The knowledge base without its generated calibration, once per worker process."""
+    global _BASE
+    if _BASE is None:
+        store = base_store()
+        _BASE = (store, Thresholds({"infer.temperature": 1.0, **dict(Thresholds.from_store(store).items())}))
+    return _BASE
+
+
+def _diagnose_worker(args: tuple[str, dict[str, Any]]) -> tuple[dict[str, Ranked], Sample | None]:
+    """Both systems on one run as a user runs them (the shipped knowledge base), and the run diagnosed against the
+    uncalibrated knowledge base for the leave-one-family-out scoring."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    return diagnose_both(path)
+    path, label = args
+    answers = diagnose_both(path)
+    store, th = _base()
+    try:
+        return answers, diagnose_sample(Path(path), label, store, th)
+    except Exception as err:  # noqa: BLE001 — a run that cannot be diagnosed is counted by the API path
+        print(f"skipped {label.get('program')}:{label.get('name')}: {err}", file=sys.stderr)
+        return answers, None
 
 
 def _select(quick: bool, seeds: tuple[int, ...], only: list[str] | None, programs: list[str] | None) -> list[Cell]:
@@ -48,7 +81,8 @@ def _select(quick: bool, seeds: tuple[int, ...], only: list[str] | None, program
 
 def run_benchmark(*, quick: bool = False, out: Path = runner.DEFAULT_OUT, jobs: int = 2, retrain: bool = False,
                   diagnose: bool = True, seeds: tuple[int, ...] = SEEDS, only: list[str] | None = None,
-                  programs: list[str] | None = None, verbose: bool = True) -> BenchResult:
+                  programs: list[str] | None = None, verbose: bool = True,
+                  write_calibration: bool = False) -> BenchResult:
     """Train what is not cached, judge manifestation, diagnose with both systems and score them."""
     out = Path(out)
     cells = _select(quick, seeds, only, programs)
@@ -73,23 +107,45 @@ def run_benchmark(*, quick: bool = False, out: Path = runner.DEFAULT_OUT, jobs: 
     to_diagnose = [c for c in cells if verdicts[c].manifested] if diagnose else []
     t1 = time.perf_counter()
     answers: dict[Cell, dict[str, Ranked]] = {}
+    samples: list[Sample] = []
     if to_diagnose:
-        paths = [str(runner.run_dir(out, c)) for c in to_diagnose]
+        work = [(str(runner.run_dir(out, c)), {**c.label(), "manifested": True}) for c in to_diagnose]
         if jobs > 1:
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(_diagnose_worker, paths))
+                results = list(pool.map(_diagnose_worker, work, chunksize=4))
         else:
-            results = [_diagnose_worker(p) for p in paths]
-        answers = dict(zip(to_diagnose, results, strict=True))
+            results = [_diagnose_worker(w) for w in work]
+        answers = {c: r[0] for c, r in zip(to_diagnose, results, strict=True)}
+        samples = [r[1] for r in results if r[1] is not None]
     t_diag = time.perf_counter() - t1
     judged = [Judged(c, verdicts[c].manifested, verdicts[c].why, answers.get(c, {})) for c in cells]
     figures = {s: score(judged, s) for s in SYSTEMS} if diagnose else {}
-    result = BenchResult(judged, figures, {"train": t_train, "diagnose": t_diag}, out)
+    held_out = None
+    t2 = time.perf_counter()
+    if samples:
+        store, th = _base()
+        model = load_model(store)
+        held_out = lofo(samples, model, th, progress=(lambda m: say(f"  {m}", highlight=False)) if verbose else None)
+        cal = shipped(samples, model, th, held_out.out_of_family)
+        figures["lofo"] = figures_dict(held_out.pooled)
+        figures["in_distribution"] = figures_dict(in_distribution(samples, model, th, cal))
+        if write_calibration:
+            _write_calibration(cal, store, len(samples), say)
+    result = BenchResult(judged, figures, {"train": t_train, "diagnose": t_diag,
+                                           "lofo": time.perf_counter() - t2}, out, held_out, samples)
     partial = bool(only or programs or tuple(seeds) != SEEDS)
     _save(result, "results-quick.json" if quick else "results-partial.json" if partial else "results.json")
     if verbose:
         print_result(result)
     return result
+
+
+def _write_calibration(cal: Any, store: Any, runs: int, say: Any) -> None:
+    from debugtune import cases
+
+    for name, text in to_turtle(cal, cause_sources(store), runs).items():
+        atomic_write_bytes(cases.HERE / name, text.encode())
+        say(f"wrote cases/{name}")
 
 
 def _save(result: BenchResult, name: str) -> None:
@@ -110,8 +166,11 @@ def _num(x: float | None) -> str:
 def print_result(result: BenchResult) -> None:
     judged = result.judged
     faults = sorted({j.cell.name for j in judged if j.cell.is_fault})
-    if result.figures:
-        table = Table(title="root-cause accuracy per fault type (runs whose fault manifested)")
+    if result.lofo is not None:
+        print_lofo(console, result.lofo, result.figures.get("autotrainer"), result.figures.get("in_distribution"))
+    if result.figures.get("debugtune"):
+        table = Table(title="the shipped knowledge base, diagnosed as a user runs it (its calibration saw these "
+                            "families: in-distribution), against the AutoTrainer rules")
         table.add_column("fault")
         table.add_column("manifested", justify="right")
         for s in SYSTEMS:
@@ -161,12 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated seeds (full matrix)")
     ap.add_argument("--only", default="", help="comma-separated fault names (controls are kept)")
     ap.add_argument("--programs", default="", help="comma-separated program names")
+    ap.add_argument("--write-calibration", action="store_true",
+                    help="write the calibration fitted on every family into cases/ (profiles, links, leaks, "
+                         "temperature)")
     args = ap.parse_args(argv)
     try:
         run_benchmark(quick=args.quick, out=args.out, jobs=max(1, args.jobs), retrain=args.retrain,
                       diagnose=not args.no_diagnose, seeds=tuple(int(s) for s in args.seeds.split(",") if s),
                       only=[s for s in args.only.split(",") if s] or None,
-                      programs=[s for s in args.programs.split(",") if s] or None)
+                      programs=[s for s in args.programs.split(",") if s] or None,
+                      write_calibration=args.write_calibration)
     except KeyboardInterrupt:
         return 130
     return 0

@@ -13,15 +13,16 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
+from debugtune.engine.diagnose import wiring
 from debugtune.engine.diagnose.registry import Detector
 
-_MIN = "diagnose.min_steps"
-_GP = ("gradient.persist_steps", "gradient.persist_frac", "gradient.judge_after_frac", _MIN)
+_MIN = ("diagnose.min_steps", "diagnose.min_samples")
+_GP = ("gradient.persist_steps", "gradient.persist_frac", "gradient.judge_after_frac", *_MIN)
 _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.warmup.start_frac",
-       "convergence.lr_drop.*", "convergence.persist_steps", _MIN)
-_MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", _MIN)
-_COMM = ("communication.persist_steps", "communication.persist_frac", _MIN)
-_HW = ("hardware.persist_steps", "hardware.persist_frac", _MIN)
+       "convergence.lr_drop.*", "convergence.persist_steps", *_MIN)
+_MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
+_COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN)
+_HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN)
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
 _GN = (("grad_norm",),)
 
@@ -36,13 +37,14 @@ DETECTORS: tuple[Detector, ...] = (
              grad.gradient_data),
     Detector("gradient.sawtooth", "GradNormSawtooth", G, _GN, (*_GP, "gradient.sawtooth.*"), grad.sawtooth,
              grad.gradient_data),
-    Detector("gradient.dead_units", "DeadUnits", G, (("act_zero_frac", "grad_zero_frac"),),
-             (*_GP, "gradient.dead_units.*"), grad.dead_units, grad.gradient_data),
+    Detector("gradient.dead_units", "DeadUnits", G, (("act_in_dead_frac", "act_zero_frac", "grad_zero_frac"),),
+             (*_GP, "gradient.dead_units.*"), grad.dead_units, grad.gradient_data, signature_of=("DyingReLU",)),
     Detector("gradient.dead_outputs", "DeadOutputUnits", G, (("grad_norm",), ("grad_zero_frac",)),
              (*_GP, "gradient.dead_outputs.*", "gradient.zero_update.eps", "gradient.vanishing.loss_share"),
              grad.dead_outputs, grad.gradient_data),
-    Detector("gradient.saturation", "ActivationSaturation", G, (("act_sat_frac",),),
-             (*_GP, "gradient.saturation.*"), grad.saturation, grad.gradient_data),
+    Detector("gradient.saturation", "ActivationSaturation", G, (("act_in_sat_frac", "act_sat_frac"),),
+             (*_GP, "gradient.saturation.*"), grad.saturation, grad.gradient_data,
+             signature_of=("SaturatingActivations",)),
     Detector("gradient.zero_update", "ZeroUpdate", G, (("grad_norm",), ("update_norm", "update_ratio")),
              (*_GP, "gradient.zero_update.*"), grad.zero_update, grad.gradient_data),
     Detector("gradient.update_ratio.high", "UpdateRatioTooHigh", G, (("update_ratio",),),
@@ -53,6 +55,12 @@ DETECTORS: tuple[Detector, ...] = (
               "convergence.lr_drop.*"), grad.update_ratio_low, grad.gradient_data),
     Detector("gradient.router", "RouterGradVanishing", G, (("router_grad_norm",),),
              (*_GP, "gradient.router.*"), grad.router, grad.gradient_data),
+    Detector("gradient.forward_signal", "ForwardSignalVanishing", G, (("output_std",), ("input_std",)),
+             ("gradient.forward_signal.*",), wiring.forward_signal, signature_of=("BadWeightInit",)),
+    Detector("gradient.stale", "StaleGradients", G, (("grad_stale_frac",),), (*_MIN, "gradient.stale.*"),
+             wiring.stale_gradients, signature_of=("MissingZeroGrad",)),
+    Detector("gradient.not_optimized", "ParametersNotOptimized", G, (("in_optimizer",),),
+             ("gradient.zero_update.eps",), wiring.not_optimized, signature_of=("FrozenParameters",)),
     # -- convergence: the loss curve -------------------------------------------------------------------
     Detector("convergence.nonfinite_loss", "NaNOrInf", C, (("loss",),), _CV, conv.nonfinite_loss,
              conv.convergence_data),
@@ -73,6 +81,13 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("convergence.val_gap", "ValidationAboveTraining", C, (("loss",), ("accuracy",), ("eval_accuracy",)),
              (*_CV, "convergence.val_gap.*", "convergence.overfit.min_evals"), conv.validation_above_training,
              conv.convergence_data),
+    # -- convergence: the data and the outputs -------------------------------------------------------------
+    Detector("input.scale", "InputScaleAbnormal", C, (("input_std",),), ("input.early_frac", "input.scale.*"),
+             wiring.input_scale, signature_of=("UnnormalizedInputs",)),
+    Detector("input.batch_outlier", "InputBatchOutlier", C, (("input_std",),),
+             (*_MIN, "input.batch_outlier.*"), wiring.batch_outlier),
+    Detector("convergence.outputs", "OutputsNotLogits", C, (("output_min",), ("output_max",)),
+             ("convergence.outputs.*",), wiring.output_range),
     # -- convergence: experts --------------------------------------------------------------------------
     Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, "moe.imbalance.*"),
              moe.imbalance, moe.expert_data),
@@ -80,6 +95,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("moe.dropping", "TokenDropping", C, (("expert_tokens",), ("dropped_tokens", "dropped_token_frac")),
              (*_MOE, "moe.dropping.*", "moe.imbalance.min_frac"), moe.dropping, moe.expert_data,
              signature_of=("CapacityFactorTooLow",)),
+    Detector("moe.router_init", "RouterBiasedAtInit", C, (("router_bias_spread", "router_logit_spread"),),
+             ("moe.router_init.*",), wiring.router_init, signature_of=("GateInitBias",)),
     Detector("moe.balance_loss", "BalanceLossNegligible", C, (("aux_loss",), ("loss",)),
              (*_MOE, "moe.balance_loss.*"), moe.balance_loss, signature_of=("AuxLossDisabled",)),
     # -- communication -------------------------------------------------------------------------------

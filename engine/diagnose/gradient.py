@@ -302,10 +302,31 @@ def _persistent_rows(ctx: Context, grid: Grid, limit: float, key: str) -> list[t
     return out
 
 
+def _consumer_grid(ctx: Context, metric: str) -> Grid:
+    """A per-layer activation measure taken at the consuming layer's input, without the first layer in forward
+    order: its input is the data, whose constant pixels or [-1, 1] range say nothing about units."""
+    grid = ctx.view.by_entity(metric)
+    first = layer_order(ctx.view, [str(n) for n in grid.labels if n])[:1]
+    return grid.select(np.array([str(n) not in first for n in grid.labels], dtype=bool))
+
+
+def _activation_grid(ctx: Context, consumer: str, module: str, fallback: str | None = None) -> tuple[str, Grid]:
+    """The best recorded measure of an activation property: seen at the consuming layer's input (works for
+    functional activations), else at activation modules, else ``fallback``."""
+    view = ctx.view
+    if view.has(consumer):
+        grid = _consumer_grid(ctx, consumer)
+        if not grid.empty:
+            return consumer, grid
+    metric = module if view.has(module) or fallback is None else fallback
+    return metric, view.by_entity(metric)
+
+
 def dead_units(ctx: Context, data: GradientData, out: Emit) -> None:
-    th, view = ctx.th, ctx.view
-    metric = "act_zero_frac" if view.has("act_zero_frac") else "grad_zero_frac"
-    grid = view.by_entity(metric)
+    """Units that output zero for every sample (dying ReLU), seen as input features of the next layer that are zero
+    across the batch, else as zero activations or zero gradient entries."""
+    th = ctx.th
+    metric, grid = _activation_grid(ctx, "act_in_dead_frac", "act_zero_frac", "grad_zero_frac")
     need_steps(ctx, grid.steps, metric)
     limit = th[f"gradient.dead_units.{metric}"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.dead_units")
@@ -363,19 +384,21 @@ def dead_outputs(ctx: Context, data: GradientData, out: Emit) -> None:
 
 
 def saturation(ctx: Context, data: GradientData, out: Emit) -> None:
-    th, view = ctx.th, ctx.view
-    grid = view.by_entity("act_sat_frac")
-    need_steps(ctx, grid.steps, "act_sat_frac")
-    limit = th["gradient.saturation.act_sat_frac"]
+    """Sigmoid or tanh outputs pinned at their bounds, seen at the consuming layer's input (bounded inputs) or at
+    activation modules."""
+    th = ctx.th
+    metric, grid = _activation_grid(ctx, "act_in_sat_frac", "act_sat_frac")
+    need_steps(ctx, grid.steps, metric)
+    limit = th[f"gradient.saturation.{metric}"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.saturation")
     if not rows:
         return
     i, start, frac, level = max(rows, key=lambda r: r[3])
     out.add(make_finding(
         "ActivationSaturation", DIM, str(grid.labels[i]), grid.steps, start, grid.steps.size - 1,
-        severity(level, limit, 1.0), {"act_sat_frac": level, "threshold": limit, "fraction_of_steps": frac,
+        severity(level, limit, 1.0), {metric: level, "threshold": limit, "fraction_of_steps": frac,
                                       "layers_affected": len(rows)},
-        "gradient.saturation.act_sat_frac", start + ctx.persist("gradient.persist_steps", grid.steps) - 1),
+        f"gradient.saturation.{metric}", start + ctx.persist("gradient.persist_steps", grid.steps) - 1),
         (grid.steps, ffill(grid.values[i])))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from debugtune.engine.diagnose.run import Diagnosis
 from debugtune.engine.diagnose.thresholds import Thresholds
@@ -31,12 +31,20 @@ from debugtune.kg.store import Store
 
 @dataclass
 class Ranking:
-    """Every candidate's score and confidence, and the hypotheses that pass the reporting rules."""
+    """Every candidate's score and confidence, the hypotheses that pass the reporting rules, and the advice:
+    advisory causes and causes whose only observed effects are preconditions (facts about the set-up)."""
 
     scores: list[CauseScore]
     confidences: dict[str, float]
     hypotheses: list[Hypothesis]
     candidates: list[Candidate]
+    advice: list[Hypothesis] = field(default_factory=list)
+
+
+def reportable(model: CausalModel, s: CauseScore) -> bool:
+    """A root cause needs an observed failure: not an advisory cause, and not one whose chain holds only
+    preconditions (a set-up fact such as unnormalised inputs in a run that trains well)."""
+    return s.cause not in model.advisory and not (s.explained and set(s.explained) <= model.preconditions)
 
 
 def candidate_causes(store: Store, run_id: str) -> list[str]:
@@ -86,14 +94,20 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     cands.append(Candidate(UNKNOWN, conf[UNKNOWN], unknown_score(ev, th)))
     cands.sort(key=lambda c: -c.confidence)
     hyps: list[Hypothesis] = []
-    if order and conf[order[0].cause] >= th["infer.report_threshold"]:
-        for s in order[: th.int("infer.max_hypotheses")]:
+    advice: list[Hypothesis] = []
+    causal = [s for s in order if reportable(model, s)]
+    for s in order:
+        if not reportable(model, s) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
+            advice.append(Hypothesis(s.cause, conf[s.cause], tuple(s.chain), tuple(s.findings),
+                                     explanation(model, s, conf[s.cause], ev), rank=len(advice) + 1))
+    if causal and conf[causal[0].cause] >= th["infer.report_threshold"]:
+        for s in causal[: th.int("infer.max_hypotheses")]:
             c = conf[s.cause]
             if hyps and c < th["infer.list_threshold"]:
                 break
             hyps.append(Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings),
                                    explanation(model, s, c, ev), rank=len(hyps) + 1))
-    return Ranking(order, conf, hyps, cands)
+    return Ranking(order, conf, hyps, cands, advice)
 
 
 def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | None = None,
@@ -119,5 +133,6 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     return DiagnosisReport(
         run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
+        advice=ranking.advice,
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps, report_threshold=th["infer.report_threshold"],
         stored_in=getattr(store, "target", None))

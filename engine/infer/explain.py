@@ -78,6 +78,9 @@ def _update_ratio(f: Finding) -> str:
             f"[{_g(e, 'band_low'):.0e}, {_g(e, 'band_high'):.0e}] from step {f.onset_step}")
 
 
+_OUTPUT_KIND = {"softmax": "probabilities (rows summing to 1)", "relu": "rectified (non-negative, many exact zeros)",
+                "sigmoid": "squashed into (0, 1)"}
+
 PHRASES: dict[str, Callable[[Finding], str]] = {
     "ExpertImbalance": _expert,
     "RouterGradVanishing": _router,
@@ -111,8 +114,9 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                    f"{_g(f.evidence, 'peak_to_trough'):.1f}× peak to trough)"),
     "GradNormDrift": lambda f: (f"the gradient norm grew {_g(f.evidence, 'growth'):.0f}× over the run "
                                 f"({_g(f.evidence, 'grad_norm_start'):.3g} → {_g(f.evidence, 'grad_norm_end'):.3g})"),
-    "ActivationSaturation": lambda f: (f"{_g(f.evidence, 'act_sat_frac'):.0%} of {f.entity}'s activations were "
-                                       f"saturated from step {f.onset_step}"),
+    "ActivationSaturation": lambda f: (f"{_g(f.evidence, 'act_sat_frac', _g(f.evidence, 'act_in_sat_frac')):.0%} of "
+                                       f"{f.entity}'s {'inputs' if 'act_in_sat_frac' in f.evidence else 'activations'}"
+                                       f" were saturated from step {f.onset_step}"),
     "ZeroUpdate": lambda f: (f"{int(_g(f.evidence, 'layers_frozen'))} of {int(_g(f.evidence, 'layers_total'))} layers "
                              f"(first {f.entity}) never changed"
                              + ("" if f.evidence.get("has_gradient", True) else ", and received no gradient")),
@@ -144,6 +148,27 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                           f"{_g(f.evidence, 'peak_gbps'):.0f} GB/s link peak"),
     "AllToAllImbalance": lambda f: (f"all-to-all bytes were {_g(f.evidence, 'size_imbalance'):.1f}× the mean on rank "
                                     f"{int(_g(f.evidence, 'heavy_rank'))} from step {f.onset_step}"),
+    "InputScaleAbnormal": lambda f: (f"the model's input had an RMS of {_g(f.evidence, 'input_rms'):.3g} (mean "
+                                     f"{_g(f.evidence, 'input_mean'):.3g}, std {_g(f.evidence, 'input_std'):.3g})"
+                                     + (f", features on scales {_g(f.evidence, 'feature_scale_ratio'):.0f}× apart"
+                                        if "feature_scale_ratio" in f.evidence else "") + " instead of about 1"),
+    "InputBatchOutlier": lambda f: (f"the batch of step {int(_g(f.evidence, 'peak_step', f.onset_step))} had inputs "
+                                    f"{_g(f.evidence, 'ratio'):.0f}× off the usual scale (std "
+                                    f"{_g(f.evidence, 'batch_std'):.3g} vs {_g(f.evidence, 'typical_std'):.3g})"),
+    "ForwardSignalVanishing": lambda f: (f"at the first step the model's output was "
+                                         f"{_g(f.evidence, 'end_to_end_gain'):.1e} of its input's scale "
+                                         f"(output std {_g(f.evidence, 'output_std'):.1e})"),
+    "StaleGradients": lambda f: (f"the gradients were not zeroed on {_g(f.evidence, 'stale_step_share'):.0%} of the "
+                                 f"steps (the previous step's gradient was still in .grad at the next backward)"),
+    "ParametersNotOptimized": lambda f: (f"{int(_g(f.evidence, 'layers_not_optimized'))} layer(s) (first {f.entity}) "
+                                         f"received gradients but are in no optimizer and never changed"),
+    "OutputsNotLogits": lambda f: (f"the model's outputs were "
+                                   f"{_OUTPUT_KIND.get(str(f.evidence.get('kind')), 'squashed')}"
+                                   f" (range {_g(f.evidence, 'output_min'):.3g} to {_g(f.evidence, 'output_max'):.3g}),"
+                                   f" not logits"),
+    "RouterBiasedAtInit": lambda f: (f"at initialisation router {f.entity} preferred one expert by "
+                                     f"{_g(f.evidence, 'spread_nats'):.1f} nats "
+                                     f"({_g(f.evidence, 'preference_factor'):.0f}× the median expert's probability)"),
     "LowAcceleratorUtilization": lambda f: f"{f.entity} was {_g(f.evidence, 'util_pct'):.0f}% utilised",
     "MemoryPressure": lambda f: f"{f.entity} memory was {_g(f.evidence, 'used_fraction'):.0%} full",
     "ThermalThrottling": lambda f: f"{f.entity} was throttled from step {f.onset_step}",

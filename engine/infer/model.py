@@ -35,6 +35,10 @@ class CausalModel:
     profiles: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     optional: frozenset[str] = frozenset()
     """Symptoms judged only from a quantity many set-ups do not log (``dt:optionalObservation``)."""
+    preconditions: frozenset[str] = frozenset()
+    """Symptoms that are facts about the set-up, not failures (``dt:precondition``)."""
+    advisory: frozenset[str] = frozenset()
+    """Causes that are advice, never the root cause of a problem (``dt:advisory``)."""
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -96,12 +100,10 @@ def load_model(store: Store) -> CausalModel:
             GROUP BY ?c""").dicts():
         if (name := _local(r["c"])) is not None:
             counts[name] = int(r["n"])
-    from_start = frozenset(
-        name for c in store.query("SELECT DISTINCT ?c WHERE { ?c a dt:Cause ; dt:presentFromStart true }").column("c")
-        if (name := _local(c)) is not None)
-    optional = frozenset(
-        name for s in store.query("SELECT DISTINCT ?s WHERE { ?s a dt:Symptom ; dt:optionalObservation true }")
-        .column("s") if (name := _local(s)) is not None)
+    from_start = _flagged(store, "dt:Cause", "dt:presentFromStart")
+    optional = _flagged(store, "dt:Symptom", "dt:optionalObservation")
+    preconditions = _flagged(store, "dt:Symptom", "dt:precondition")
+    advisory = _flagged(store, "dt:Cause", "dt:advisory")
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for r in store.query("""
             SELECT ?p ?c ?s ?v WHERE { ?p a dt:CalibrationProfile ; dt:profileOf ?c ; dt:symptomRate ?r .
@@ -110,7 +112,14 @@ def load_model(store: Store) -> CausalModel:
         if c is not None and sym is not None and isinstance(r["v"], int | float):
             profiles[c].setdefault(r["p"], {})[sym] = min(max(float(r["v"]), 0.0), 1.0)
     return CausalModel(causes, symptoms, list(best.values()), counts, labels, from_start,
-                       {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()}, optional)
+                       {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()}, optional, preconditions,
+                       advisory)
+
+
+def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:
+    """Local names of the ``cls`` individuals whose boolean ``flag`` is true."""
+    rows = store.query(f"SELECT DISTINCT ?x WHERE {{ ?x a {cls} ; {flag} true }}").column("x")
+    return frozenset(name for x in rows if (name := _local(x)) is not None)
 
 
 def _inherit_broader(store: Store, best: dict[tuple[str, str], Link]) -> None:

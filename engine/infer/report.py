@@ -46,6 +46,8 @@ class DiagnosisReport:
     steps: int = 0
     report_threshold: float = 0.0
     stored_in: str | None = None
+    advice: list[Hypothesis] = field(default_factory=list)
+    """Advisory causes and set-up risks with no observed failure: worth a look, not a root cause."""
 
     @property
     def status(self) -> str:
@@ -88,6 +90,7 @@ class DiagnosisReport:
                              for e in self.edges],
             "coverage": dict(self.coverage),
             "notes": list(self.notes),
+            "advice": [{**h.as_dict(), "rank": h.rank} for h in self.advice],
             "report_threshold": self.report_threshold,
             "timing_s": {k: round(v, 4) for k, v in self.timing_s.items()},
             "stored_in": self.stored_in,

@@ -1,0 +1,247 @@
+"""Detectors of how a training is wired, read from the probe's direct measurements: the scale of the model's
+input, a batch whose inputs are far off that scale, the forward signal at initialisation, gradients that are
+never zeroed, parameters the optimizer does not hold, outputs that are not logits, and a router biased at
+initialisation.
+
+These tell causes apart directly where the downstream symptoms (a plateau, a spike, dead units) are shared by
+many causes. Each reads metrics the probe writes at step 0 and on detail steps (``docs/probe.md``); thresholds
+are ``input.*``, ``gradient.forward_signal.*``, ``gradient.stale.*``, ``gradient.not_optimized.*``,
+``convergence.outputs.*`` and ``moe.router_init.*`` in the knowledge base, each with its source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from debugtune.engine.diagnose.base import Context, layer_order, make_finding, severity
+from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
+from debugtune.engine.diagnose.stats import ffill, trailing_median
+
+
+def _first(ctx: Context, metric: str, entity: str = "") -> tuple[int, float] | None:
+    """(step, value) of the first finite sample of ``metric`` at ``entity``."""
+    steps, values = ctx.view.series(metric, entity)
+    ok = np.flatnonzero(np.isfinite(values))
+    return (int(steps[ok[0]]), float(values[ok[0]])) if ok.size else None
+
+
+def _early(ctx: Context, metric: str, entity: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """The samples of ``metric`` within the first ``input.early_frac`` of the run (at least three samples)."""
+    steps, values = ctx.view.series(metric, entity)
+    if steps.size == 0:
+        raise NotJudged(f"{metric} has no samples")
+    k = max(3, int(np.ceil(steps.size * ctx.th["input.early_frac"])))
+    return steps[:k], values[:k]
+
+
+def input_scale(ctx: Context, data: object, out: Emit) -> None:
+    """The model's floating input is far from unit scale, or its features lie on very different scales.
+
+    LeCun et al. (1998, §4.3) shift inputs to zero mean and scale them to unit variance: with the usual
+    fan-in-scaled initialisation a unit's pre-activation then has unit scale. The input's RMS (√(mean² + std²))
+    is judged over the first part of the run, so one bad batch is not a set-up problem."""
+    th = ctx.th
+    steps, std = _early(ctx, "input_std")
+    mean = np.interp(steps, *ctx.view.series("input_mean")) if ctx.view.has("input_mean") else np.zeros(steps.size)
+    rms = float(np.nanmedian(np.sqrt(mean ** 2 + std ** 2)))
+    ratio = float(np.nanmedian(_early(ctx, "input_feature_scale_ratio")[1])) \
+        if ctx.view.has("input_feature_scale_ratio") else float("nan")
+    rms_max, ratio_max = th["input.scale.rms_max"], th["input.scale.feature_ratio_max"]
+    big, spread = rms >= rms_max, np.isfinite(ratio) and ratio >= ratio_max
+    if not (big or spread):
+        return
+    sev = max(severity(rms, rms_max, rms_max * 25) if big else 0.0,
+              severity(ratio, ratio_max, ratio_max * 100) if spread else 0.0)
+    ev: dict[str, float | str | bool] = {"input_rms": rms, "input_std": float(np.nanmedian(std)),
+                                         "input_mean": float(np.nanmedian(mean)), "rule": "rms" if big else "spread"}
+    if ctx.view.has("input_absmax"):
+        ev["input_absmax"] = float(np.nanmax(_early(ctx, "input_absmax")[1]))
+    if np.isfinite(ratio):
+        ev["feature_scale_ratio"] = ratio
+    all_steps = ctx.view.steps("input_std")
+    out.add(make_finding("InputScaleAbnormal", "convergence", "", all_steps, 0, all_steps.size - 1, sev, ev,
+                         "input.scale", 0), (all_steps, ffill(ctx.view.series("input_std")[1])))
+
+
+def batch_outlier(ctx: Context, data: object, out: Emit) -> None:
+    """A step whose input scale is far from the running level of the steps before it: a corrupt batch.
+
+    The sample standard deviation of a batch of n i.i.d. inputs has a relative standard error of about
+    √((κ − 1)/(4n)) for kurtosis κ, so within one distribution a batch off by ``input.batch_outlier.ratio`` is
+    many standard errors away; batches of hard but valid examples are not."""
+    th = ctx.th
+    steps, std = ctx.view.series("input_std")
+    need_steps(ctx, steps, "input_std")
+    s = ffill(np.where(np.isfinite(std), std, np.nan))
+    window = ctx.persist("input.batch_outlier.window_steps", steps)
+    level = trailing_median(np.log(np.maximum(s, 1e-30)), window)
+    ratio = np.exp(np.abs(np.log(np.maximum(s, 1e-30)) - level))
+    limit = th["input.batch_outlier.ratio"]
+    hit = ratio >= limit
+    hit[:window] = False
+    if not hit.any():
+        return
+    idx = np.flatnonzero(hit)
+    first, peak = int(idx[0]), int(idx[np.argmax(ratio[idx])])
+    out.add(make_finding(
+        "InputBatchOutlier", "convergence", "", steps, first, int(idx[-1]),
+        severity(float(ratio[peak]), limit, limit * 100),
+        {"ratio": float(ratio[peak]), "batch_std": float(s[peak]), "typical_std": float(np.exp(level[peak])),
+         "outlier_steps": int(idx.size), "peak_step": int(steps[peak])},
+        "input.batch_outlier", first), (steps, np.log10(ratio)))
+
+
+def forward_signal(ctx: Context, data: object, out: Emit) -> None:
+    """At the first step the model's output is orders of magnitude smaller than its input: the weights are too
+    small for the signal to propagate through the layers (Glorot & Bengio 2010; He et al. 2015: each layer scales
+    the signal's variance by fan_in·Var(W) times the activation's gain, so a scale far below the fan-in
+    expectation shrinks it geometrically with depth)."""
+    th = ctx.th
+    out0, inp0 = _first(ctx, "output_std"), _first(ctx, "input_std")
+    if out0 is None or inp0 is None:
+        raise NotJudged("no finite output_std or input_std at the first step")
+    mean0 = _first(ctx, "input_mean")
+    rms = float(np.hypot(inp0[1], mean0[1] if mean0 else 0.0))
+    if rms <= 0:
+        raise NotJudged("the model's input is zero at the first step")
+    gain = out0[1] / rms
+    limit = th["gradient.forward_signal.min_gain"]
+    if gain >= limit:
+        return
+    ev: dict[str, float | str | bool] = {"output_std": out0[1], "input_rms": rms, "end_to_end_gain": gain}
+    if ctx.view.has("init_gain"):
+        g = ctx.view.by_entity("init_gain")
+        ev["init_gain_median"] = float(np.nanmedian(g.values[:, 0])) if g.values.size else float("nan")
+    steps = ctx.view.steps("output_std")
+    out.add(make_finding("ForwardSignalVanishing", "gradient", "", steps, 0, steps.size - 1,
+                         severity(limit / max(gain, 1e-30), 1.0, 1e4), ev, "gradient.forward_signal", 0),
+            (steps, np.log10(np.maximum(ffill(ctx.view.series("output_std")[1]), 1e-30))))
+
+
+def _optimized_layers(ctx: Context) -> set[str] | None:
+    """Layers whose parameters the optimizer holds (``in_optimizer`` = 1 at the first step), None when unknown."""
+    if not ctx.view.has("in_optimizer"):
+        return None
+    g = ctx.view.by_entity("in_optimizer")
+    return {str(n) for n, v in zip(g.labels, g.values[:, 0], strict=True) if n and v > 0.5}
+
+
+def stale_gradients(ctx: Context, data: object, out: Emit) -> None:
+    """The gradients of the optimizer's parameters still hold the previous step's values at the next backward:
+    ``zero_grad`` is not called (every step, or only every k-th). A correct loop — zeroing every step, gradient
+    accumulation over micro-batches with one step and one zeroing per window, two backward passes before one step
+    — never shows it, so any sustained share is the fault. Layers the optimizer does not hold keep their gradients
+    under a correct ``optimizer.zero_grad()``; they are ParametersNotOptimized's business."""
+    th = ctx.th
+    grid = ctx.view.by_entity("grad_stale_frac")
+    need_steps(ctx, grid.steps, "grad_stale_frac")
+    keep = _optimized_layers(ctx)
+    layers = [i for i, n in enumerate(grid.labels) if n and (keep is None or str(n) in keep)]
+    if not layers:
+        raise NotJudged("no layer the optimizer holds has grad_stale_frac")
+    v = grid.values[layers][:, 1:]  # the first step has no previous step
+    frac = np.nanmean(v, axis=0)
+    stale = np.nan_to_num(frac) >= th["gradient.stale.param_frac"]
+    share = float(stale.mean()) if stale.size else 0.0
+    if share < th["gradient.stale.step_frac"]:
+        return
+    start = int(np.argmax(stale)) + 1
+    names = [str(grid.labels[i]) for i in layers]
+    out.add(make_finding(
+        "StaleGradients", "gradient", "", grid.steps, start, grid.steps.size - 1,
+        severity(share, th["gradient.stale.step_frac"], 1.0),
+        {"stale_step_share": share, "stale_param_frac": float(np.nanmedian(frac)), "layers": len(names)},
+        "gradient.stale", start), (grid.steps[1:], frac))
+
+
+def not_optimized(ctx: Context, data: object, out: Emit) -> None:
+    """Layers that require a gradient and receive one, but that no optimizer updates: left out of the optimizer's
+    parameter groups by mistake. A layer another optimizer updates (a GAN's two optimizers) has a non-zero
+    ``update_norm`` and does not count; parameters with ``requires_grad=False`` are frozen on purpose and are not
+    watched at all."""
+    th = ctx.th
+    g = ctx.view.by_entity("in_optimizer")
+    outside = [str(n) for n, v in zip(g.labels, g.values[:, 0], strict=True) if n and v < 0.5]
+    inside = [str(n) for n, v in zip(g.labels, g.values[:, 0], strict=True) if n and v >= 0.5]
+    if not outside:
+        return
+    norms = ctx.view.by_entity("grad_norm") if ctx.view.has("grad_norm") else None
+    moved = ctx.view.by_entity("update_norm") if ctx.view.has("update_norm") else None
+    eps = th["gradient.zero_update.eps"]
+    idle = []
+    for name in outside:
+        has_grad = norms is None or (name in norms.labels and np.nanmax(np.nan_to_num(norms.row(name))) > 0)
+        updated = moved is not None and name in moved.labels and np.nanmax(np.nan_to_num(moved.row(name))) > eps
+        if has_grad and not updated:
+            idle.append(name)
+    if not idle:
+        return
+    ordered = layer_order(ctx.view, idle)
+    steps = norms.steps if norms is not None else g.steps
+    share = len(idle) / max(len(outside) + len(inside), 1)
+    out.add(make_finding(
+        "ParametersNotOptimized", "gradient", ordered[0], steps, 0, steps.size - 1,
+        float(np.clip(0.5 + share, 0.5, 1.0)),
+        {"layers_not_optimized": len(idle), "layers_total": len(outside) + len(inside),
+         "first_layer": ordered[0], "updated_elsewhere": False},
+        "gradient.not_optimized", 0), (steps, np.ones(steps.size)))
+
+
+def output_range(ctx: Context, data: object, out: Emit) -> None:
+    """The model's outputs are probabilities or rectified values rather than logits: a softmax (rows on the
+    simplex), a ReLU (non-negative with many exact zeros) or a sigmoid (all within (0, 1)) inside the model.
+    In front of a loss that expects logits this squashes the error signal; with a loss that expects
+    probabilities it is correct, so this is a set-up fact that needs harm in the run before a cause is named."""
+    th = ctx.th
+    steps = ctx.view.steps("output_min")
+    lo, hi = ctx.view.series("output_min")[1], ctx.view.series("output_max")[1]
+    simplex = ctx.view.series("output_simplex_frac")[1] if ctx.view.has("output_simplex_frac") else np.zeros(lo.size)
+    zeros = ctx.view.series("output_zero_frac")[1] if ctx.view.has("output_zero_frac") else np.zeros(lo.size)
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    if not ok.any():
+        raise NotJudged("no finite output range recorded")
+    lo, hi, simplex, zeros = lo[ok], hi[ok], np.nan_to_num(simplex[ok]), np.nan_to_num(zeros[ok])
+    need = th["convergence.outputs.share"]
+    kinds = {"softmax": simplex >= th["convergence.outputs.simplex_frac"],
+             "relu": (lo >= 0) & (zeros >= th["convergence.outputs.zero_frac"]),
+             "sigmoid": (lo >= 0) & (hi <= 1) & (zeros < th["convergence.outputs.zero_frac"])}
+    kind, mask = max(kinds.items(), key=lambda kv: float(kv[1].mean()))
+    share = float(mask.mean())
+    if share < need:
+        return
+    out.add(make_finding(
+        "OutputsNotLogits", "convergence", "", steps[ok], 0, int(ok.sum()) - 1, severity(share, need, 1.0),
+        {"kind": kind, "share_of_samples": share, "output_min": float(np.median(lo)),
+         "output_max": float(np.median(hi)), "simplex_frac": float(np.median(simplex)),
+         "zero_frac": float(np.median(zeros))},
+        "convergence.outputs", 0), (steps[ok], mask.astype(float)))
+
+
+def router_init(ctx: Context, data: object, out: Emit) -> None:
+    """At initialisation the router already prefers some experts: the bias (or mean logit) of the favoured
+    expert exceeds the median expert's by ``moe.router_init.spread`` nats. Routers start unbiased (Switch,
+    GShard and Megatron initialise gate biases at zero or have none), and a preference of s nats gives the
+    favoured expert e^s times the median expert's probability, so routing is skewed before any training."""
+    th = ctx.th
+    limit = th["moe.router_init.spread"]
+    best: tuple[float, str, str, np.ndarray, np.ndarray] | None = None
+    for metric in ("router_bias_spread", "router_logit_spread"):
+        if not ctx.view.has(metric):
+            continue
+        g: Grid = ctx.view.by_entity(metric)
+        for i, name in enumerate(g.labels):
+            v = g.values[i]
+            ok = np.flatnonzero(np.isfinite(v))
+            if ok.size and (best is None or v[ok[0]] > best[0]):
+                best = (float(v[ok[0]]), str(name), metric, g.steps, v)
+    if best is None:
+        raise NotJudged("router_bias_spread and router_logit_spread have no finite sample")
+    spread, name, metric, steps, v = best
+    if spread < limit:
+        return
+    out.add(make_finding(
+        "RouterBiasedAtInit", "convergence", name or "router", steps, 0, steps.size - 1,
+        severity(spread, limit, limit * 8), {"spread_nats": spread, "metric": metric,
+                                            "preference_factor": float(np.exp(min(spread, 50.0)))},
+        "moe.router_init", 0), (steps, ffill(v)))

@@ -28,3 +28,12 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("DEBUGTUNE_HOME", str(home))
     monkeypatch.delenv("DEBUGTUNE_STORE", raising=False)
     yield
+
+
+@pytest.fixture(scope="session")
+def quick_bench(tmp_path_factory):
+    """The fault benchmark's quick subset, trained and diagnosed once per test session (real trainings with the
+    probe attached, every family of the subset): the leave-one-family-out test and the detector contract read it."""
+    from bench.faults.cli import run_benchmark
+
+    return run_benchmark(quick=True, out=tmp_path_factory.mktemp("faultbench"), jobs=2, verbose=False)

@@ -148,6 +148,16 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                           f"{_g(f.evidence, 'peak_gbps'):.0f} GB/s link peak"),
     "AllToAllImbalance": lambda f: (f"all-to-all bytes were {_g(f.evidence, 'size_imbalance'):.1f}× the mean on rank "
                                     f"{int(_g(f.evidence, 'heavy_rank'))} from step {f.onset_step}"),
+    "DeadOutputUnits": lambda f: (f"the output layer {f.entity} had {_g(f.evidence, 'excess_zero_frac'):.0%} more "
+                                  f"exact-zero gradient entries than the layer before it from step {f.onset_step}: "
+                                  f"something between the logits and the loss cuts their gradient"),
+    "SlowConvergence": lambda f: (f"the loss was still falling at the end: {_g(f.evidence, 'late_share'):.0%} of its "
+                                  f"improvement came in the second half "
+                                  f"({_g(f.evidence, 'loss_start'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"),
+    "ValidationAboveTraining": lambda f: (f"held-out accuracy stayed {_g(f.evidence, 'gap'):.0%} above training "
+                                          f"accuracy from step {f.onset_step} "
+                                          f"(t = {_g(f.evidence, 't_statistic'):.1f}):"
+                                          f" the training labels or inputs are harder than the held-out ones"),
     "InputScaleAbnormal": lambda f: (f"the model's input had an RMS of {_g(f.evidence, 'input_rms'):.3g} (mean "
                                      f"{_g(f.evidence, 'input_mean'):.3g}, std {_g(f.evidence, 'input_std'):.3g})"
                                      + (f", features on scales {_g(f.evidence, 'feature_scale_ratio'):.0f}× apart"

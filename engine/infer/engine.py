@@ -21,6 +21,7 @@ from debugtune.engine.infer.causal import (
 from debugtune.engine.infer.explain import explanation
 from debugtune.engine.infer.model import CausalModel, load_model
 from debugtune.engine.infer.report import Candidate, DiagnosisReport
+from debugtune.engine.infer.undetermined import Undetermined, undetermined
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base, run_id_of_graph
 from debugtune.kg.records import CorrelationEdge, Finding, Hypothesis
@@ -39,6 +40,7 @@ class Ranking:
     hypotheses: list[Hypothesis]
     candidates: list[Candidate]
     advice: list[Hypothesis] = field(default_factory=list)
+    undetermined: Undetermined | None = None
 
 
 def reportable(model: CausalModel, s: CauseScore) -> bool:
@@ -107,7 +109,12 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
                 break
             hyps.append(Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings),
                                    explanation(model, s, c, ev), rank=len(hyps) + 1))
-    return Ranking(order, conf, hyps, cands, advice)
+    close = len(hyps) >= 2 and hyps[1].confidence >= th["infer.close_call"] * hyps[0].confidence
+    open_ = None
+    if causal and (not hyps or close):
+        open_ = undetermined(causal, conf, judged, floor=th["infer.list_threshold"],
+                             spread_min=th["infer.decider_spread"])
+    return Ranking(order, conf, hyps, cands, advice, open_)
 
 
 def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | None = None,
@@ -133,6 +140,6 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     return DiagnosisReport(
         run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
-        advice=ranking.advice,
+        advice=ranking.advice, undetermined=ranking.undetermined,
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps, report_threshold=th["infer.report_threshold"],
         stored_in=getattr(store, "target", None))

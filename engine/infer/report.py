@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from debugtune.engine.infer.undetermined import Undetermined
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 from debugtune.kg.records import CorrelationEdge, Finding, Hypothesis
 
@@ -48,6 +49,8 @@ class DiagnosisReport:
     stored_in: str | None = None
     advice: list[Hypothesis] = field(default_factory=list)
     """Advisory causes and set-up risks with no observed failure: worth a look, not a root cause."""
+    undetermined: Undetermined | None = None
+    """When no cause is reported or the first two are close: the candidates and what would tell them apart."""
 
     @property
     def status(self) -> str:
@@ -70,6 +73,8 @@ class DiagnosisReport:
         best = next((c for c in self.candidates if c.cause != "unknown"), None)
         if not self.findings:
             return f"no findings and no hypothesis: the run looks healthy ({scope})"
+        if self.undetermined is not None:
+            return f"{len(self.findings)} finding(s), {self.undetermined.sentence()} ({scope})"
         near = f"; best candidate {best.cause} at {best.confidence:.2f}" if best else ""
         return (f"{len(self.findings)} finding(s) but no cause reaches the reporting threshold "
                 f"{self.report_threshold:.2f}{near} ({scope})")
@@ -91,6 +96,7 @@ class DiagnosisReport:
             "coverage": dict(self.coverage),
             "notes": list(self.notes),
             "advice": [{**h.as_dict(), "rank": h.rank} for h in self.advice],
+            "undetermined": self.undetermined.as_dict() if self.undetermined is not None else None,
             "report_threshold": self.report_threshold,
             "timing_s": {k: round(v, 4) for k, v in self.timing_s.items()},
             "stored_in": self.stored_in,

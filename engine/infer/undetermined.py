@@ -1,0 +1,79 @@
+"""When the evidence does not decide: the leading candidates and the observations that would tell them apart.
+
+For the leading candidates, every symptom the run could not judge is ranked by how differently the candidates
+predict it (P(symptom | cause) from their links and calibration profiles); for each such symptom the registered
+detectors say which metrics would let the next run judge it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from debugtune.engine.diagnose.detectors import DETECTORS
+from debugtune.engine.infer.causal import CauseScore
+
+
+@dataclass(frozen=True)
+class Decider:
+    """A symptom this run did not judge whose presence would favour one candidate over another."""
+
+    symptom: str
+    metrics: tuple[str, ...]          # record one of these (every group of a detector that judges it)
+    probabilities: dict[str, float]   # candidate → P(symptom | candidate)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"symptom": self.symptom, "record": list(self.metrics),
+                "probabilities": {k: round(v, 3) for k, v in self.probabilities.items()}}
+
+
+@dataclass(frozen=True)
+class Undetermined:
+    """The leading candidates (cause, confidence) and what would decide between them."""
+
+    candidates: list[tuple[str, float]]
+    deciders: list[Decider] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"candidates": [{"cause": c, "confidence": round(p, 4)} for c, p in self.candidates],
+                "would_decide": [d.as_dict() for d in self.deciders]}
+
+    def sentence(self) -> str:
+        names = " or ".join(f"{c} ({p:.2f})" for c, p in self.candidates)
+        if not self.deciders:
+            return f"undetermined between {names}; nothing this probe can record would tell them apart"
+        first = self.deciders[0]
+        return (f"undetermined between {names}; recording {' or '.join(first.metrics)} (to judge "
+                f"{first.symptom}) would tell them apart")
+
+
+def _metrics_for(symptom: str) -> tuple[str, ...]:
+    """The metrics a run needs for some detector to judge ``symptom`` (its first requirement group's options)."""
+    out: list[str] = []
+    for det in DETECTORS:
+        if det.symptom == symptom:
+            for group in det.requires:
+                out += [m for m in group if m not in out]
+    return tuple(out)
+
+
+def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float], judged: set[str], *,
+                 floor: float, spread_min: float, top: int = 3, deciders: int = 3) -> Undetermined | None:
+    """The ``top`` candidates above ``floor`` and the unjudged symptoms whose probability under them differs by
+    at least ``spread_min`` (``infer.list_threshold`` and ``infer.decider_spread`` in the knowledge base)."""
+    lead = [s for s in sorted(scores, key=lambda s: -confidences.get(s.cause, 0.0))
+            if confidences.get(s.cause, 0.0) >= floor][:top]
+    if not lead:
+        return None
+    ranked: list[tuple[float, Decider]] = []
+    if len(lead) >= 2:
+        symptoms = {sym for s in lead for sym in s.activation} - judged
+        for sym in symptoms:
+            p = {s.cause: float(s.activation.get(sym, 0.0)) for s in lead}
+            metrics = _metrics_for(sym)
+            spread = max(p.values()) - min(p.values())
+            if metrics and spread >= spread_min:
+                ranked.append((spread, Decider(sym, metrics, p)))
+    ranked.sort(key=lambda x: -x[0])
+    return Undetermined([(s.cause, confidences[s.cause]) for s in lead], [d for _, d in ranked[:deciders]])

@@ -123,6 +123,9 @@ def run_benchmark(*, quick: bool = False, out: Path = runner.DEFAULT_OUT, jobs: 
     held_out = None
     t2 = time.perf_counter()
     if samples:
+        import pickle
+
+        atomic_write_bytes(out / "samples.pickle", pickle.dumps(samples))  # for bench.faults.symptoms
         store, th = _base()
         model = load_model(store)
         held_out = lofo(samples, model, th, progress=(lambda m: say(f"  {m}", highlight=False)) if verbose else None)

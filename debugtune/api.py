@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from debugtune import settings
 from debugtune.engine.diagnose import DiagnoseError, Thresholds, diagnose_run
@@ -17,7 +18,11 @@ from debugtune.kg.knowledge import load_knowledge
 from debugtune.kg.namespaces import check_run_id
 from debugtune.query import DslResult
 
-__all__ = ["diagnose", "query", "resolve_run"]
+if TYPE_CHECKING:
+    from debugtune.engine.prevent import LintResult
+    from debugtune.engine.tune.auto import AutoResult
+
+__all__ = ["diagnose", "lint", "query", "resolve_run", "tune"]
 
 IMPORTED_DIR = ".debugtune-run"
 """Where a raw profiler or log folder is imported before it is diagnosed (inside it, or under home())."""
@@ -106,6 +111,18 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
             st.close()
 
 
+def _with_store(store: Store | None, fn: Callable[[Store], Any]) -> Any:
+    """``fn(store)``, or ``fn`` on the default store with the knowledge base loaded (closed afterwards)."""
+    if store is not None:
+        return fn(store)
+    st = open_store(settings.default_store())
+    try:
+        load_knowledge(st)
+        return fn(st)
+    finally:
+        st.close()
+
+
 def query(text: str, *, store: Store | None = None) -> DslResult:
     """Run one tuning-DSL query (docs/query.md) and return its rows, the SPARQL it ran and any notes.
 
@@ -114,11 +131,35 @@ def query(text: str, *, store: Store | None = None) -> DslResult:
     """
     from debugtune.query import run_query
 
-    if store is not None:
-        return run_query(text, store)
-    st = open_store(settings.default_store())
-    try:
-        load_knowledge(st)
-        return run_query(text, st)
-    finally:
-        st.close()
+    return _with_store(store, lambda st: run_query(text, st))
+
+
+def lint(*configs: str | os.PathLike[str], framework: str = "auto", version: str | None = None,
+         env: Mapping[str, str] | None = None, store: Store | None = None) -> list[LintResult]:
+    """Lint launch configurations (Megatron-LM scripts or YAML, DeepSpeed JSON, HF TrainingArguments JSON)
+    against the prevention rules of the knowledge graph (docs/lint.md); one result per file, errors first
+    in ``result.errors``. An unreadable file raises `debugtune.engine.prevent.LintInputError`."""
+    from debugtune.engine.prevent import Linter
+
+    linter = _with_store(store, Linter.from_store)
+    return [linter.lint_path(str(c), framework=framework, version=version, env=dict(env or {})) for c in configs]
+
+
+def tune(run_id: str, trial: Callable[..., Mapping[str, float]] | str, *, store: Store | None = None,
+         **spec: Any) -> AutoResult:
+    """One tuning session for a diagnosed run (docs/tune.md): ``trial`` is a Python callable
+    ``fn(params, [seed=], [checkpoint=]) -> {objective: value}`` or a command template that prints JSON
+    metrics; ``spec`` holds the fields of `debugtune.engine.tune.TuneSpec` (``remedy=`` or
+    ``top_suggestion=True``, ``objectives``, ``max_experiments``, ``budget``, ...)."""
+    from debugtune.engine.tune import CallableTrial, CommandTrial, Objective, TuneSpec, auto_tune
+
+    if "objectives" in spec:
+        spec["objectives"] = tuple(Objective.parse(o) if isinstance(o, str) else o for o in spec["objectives"])
+    if isinstance(trial, str):
+        run: CallableTrial | CommandTrial = CommandTrial(trial, timeout_s=spec.get("timeout_s"))
+    elif isinstance(trial, CallableTrial | CommandTrial):
+        run = trial
+    else:
+        run = CallableTrial(trial)
+        spec.setdefault("executor", "inline")  # a local function or lambda cannot be pickled into a process pool
+    return _with_store(store, lambda st: auto_tune(st, run_id, run, TuneSpec(**spec)))

@@ -29,7 +29,9 @@ def colour_of(symptoms: Sequence[str]) -> Callable[[str], str]:
 
 def _caption(f: Finding, label: Callable[[str], str]) -> str:
     where = f" @ {f.entity}" if f.entity else ""
-    return ptext(f"{label(f.symptom)}{where} (steps {f.onset_step}–{f.end_step}, severity {f.severity:.2f})")
+    period = f.evidence.get("period_steps")
+    every = f", period {period:.0f} steps" if isinstance(period, int | float) else ""
+    return ptext(f"{label(f.symptom)}{where} (steps {f.onset_step}–{f.end_step}{every}, severity {f.severity:.2f})")
 
 
 def bands(findings: Sequence[Finding], label: Callable[[str], str]) -> tuple[list[dict], list[dict]]:

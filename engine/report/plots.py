@@ -88,8 +88,20 @@ def loss_figure(d: ReportData) -> Built:
     shaded = f"{len(conv)} convergence finding(s) shaded." if conv else "No convergence finding of the loss."
     if moe:
         shaded += f" {moe} routing finding(s) are boxed on the expert map below."
-    fig.caption = f"{shaded} Lines keep each bucket's minimum and maximum when the run has more steps than fit."
+    fig.caption = (f"{shaded}{_periods(conv)} Lines keep each bucket's minimum and maximum when the run has more "
+                   "steps than fit.")
     return [fig], ""
+
+
+def _periods(findings: Sequence[Finding]) -> str:
+    """A sentence per oscillation finding with the period the detector measured."""
+    out = ""
+    for f in findings:
+        period, amp = f.evidence.get("period_steps"), f.evidence.get("amplitude")
+        if f.symptom == "LossOscillation" and isinstance(period, int | float):
+            size = f" and an amplitude of {amp:.3g}" if isinstance(amp, int | float) else ""
+            out += f" The loss oscillates with a period of {period:.0f} steps{size} from step {f.onset_step}."
+    return out
 
 
 # --- heat maps ------------------------------------------------------------------------------------------------
@@ -149,7 +161,7 @@ def gradient_figure(d: ReportData) -> Built:
     steps, keys, values = tel.by_entity("grad_norm")
     layers = sorted((k for k in keys if k), key=natural_key)
     if not layers:
-        return [], "Only the global gradient norm was recorded, no per-layer norms."
+        return _global_grad_figure(d, steps, values[:, keys.index("")])
     cols = [keys.index(k) for k in layers]
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.log10(values[:, cols])
@@ -160,6 +172,60 @@ def gradient_figure(d: ReportData) -> Built:
         _of(d.findings, "gradient"), _entity_rows(layers), d)
     fig.caption = ("Blank cells: no value or a gradient of exactly zero." + _budget_note(grid, *logs.T.shape, "layers")
                    + _off_note(off, d))
+    return [fig], ""
+
+
+def _global_grad_figure(d: ReportData, steps: np.ndarray, norm: np.ndarray) -> Built:
+    """The global gradient norm as a line (a log or a logger records no per-layer norms), findings shaded."""
+    finite = np.isfinite(norm)
+    trace = _line(steps[finite], norm[finite], "gradient norm", line={"width": 1.5})
+    grad = _of(d.findings, "gradient")
+    shapes, notes = bands(grad, d.label)
+    fig = Figure([trace], layout("Global gradient norm, gradient findings shaded", height=340, shapes=shapes,
+                                 annotations=notes, yaxis={"title": {"text": "‖g‖"}, "type": "log"}))
+    bad = int((~finite).sum())
+    fig.caption = ("Only the global gradient norm was recorded (no per-layer norms)."
+                   + (f" {bad} step(s) with a non-finite norm are left out of the line." if bad else ""))
+    return [fig], ""
+
+
+def _moe_settings(meta: dict[str, Any]) -> str:
+    moe = meta.get("moe") if isinstance(meta.get("moe"), dict) else {}
+    parts = [f"{moe['num_experts']} experts" if moe.get("num_experts") else "",
+             f"top-{moe['top_k']}" if moe.get("top_k") else "",
+             f"balancing {moe['load_balancing']}" if moe.get("load_balancing") else "",
+             f"coefficient {moe['aux_loss_coeff']:g}" if isinstance(moe.get("aux_loss_coeff"), int | float) else "",
+             f"z-loss coefficient {moe['z_loss_coeff']:g}" if isinstance(moe.get("z_loss_coeff"), int | float) else ""]
+    return ", ".join(p for p in parts if p)
+
+
+def _balance_figure(d: ReportData) -> Built:
+    """An MoE run known from its arguments or its balancing loss, without tokens per expert (a text log)."""
+    tel = d.telemetry
+    curves = [(m, n) for m, n in (("aux_loss", "load-balancing loss"), ("z_loss", "router z-loss")) if tel.has(m)]
+    settings = _moe_settings(d.meta)
+    if not curves and not settings:
+        return [], "No tokens per expert in the telemetry (metric <code>expert_tokens</code>): not an MoE run."
+    lacking = ("This is an MoE run" + (f" ({h(settings)})" if settings else "") + ", but its telemetry holds no "
+               "tokens per expert (<code>expert_tokens</code>; a training log prints only the balancing losses), so "
+               "the routing symptoms that need them are not judged: attach the probe with "
+               "<code>watch_router</code> to record them.")
+    if not curves:
+        return [], lacking
+    traces = []
+    for i, (metric, name) in enumerate(curves):
+        x, y = tel.curve(metric)
+        traces.append(_line(x, y, name, line={"width": 1.5}, **({"yaxis": "y2"} if i else {})))
+    extra: dict[str, Any] = {}
+    if len(curves) > 1:
+        extra["yaxis2"] = {"title": {"text": ptext(curves[1][1])}, "overlaying": "y", "side": "right",
+                           "showgrid": False, "automargin": True}
+        extra["legend"] = {"x": 1.1, "xanchor": "left", "y": 1}
+    shapes, notes = bands(_of(d.findings, "convergence"), d.label)
+    fig = Figure(traces, layout("MoE balancing losses, convergence findings shaded", height=340, shapes=shapes,
+                                annotations=notes, yaxis={"title": {"text": ptext(curves[0][1])}}, **extra))
+    fig.caption = lacking + (" Megatron logs the load-balancing loss divided by its coefficient: 1.0 is a "
+                             "perfectly balanced router." if d.meta.get("framework") == "megatron" else "")
     return [fig], ""
 
 
@@ -178,7 +244,7 @@ def expert_figure(d: ReportData) -> Built:
     if tel is None:
         return [], h(d.telemetry_note)
     if not tel.has("expert_tokens"):
-        return [], "No tokens per expert in the telemetry (metric <code>expert_tokens</code>): not an MoE run."
+        return _balance_figure(d)
     steps, keys, values = tel.by_entity("expert_tokens")
     experts = sorted(keys, key=natural_key)
     tokens = values[:, [keys.index(k) for k in experts]]

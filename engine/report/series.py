@@ -21,7 +21,8 @@ from debugtune.engine.telemetry.schema import HARDWARE_METRICS
 from debugtune.engine.telemetry.writer import TELEMETRY_DIR
 
 CURVE_METRICS = ("loss", "eval_loss", "lr")
-ROW_METRICS = (*CURVE_METRICS, "grad_norm", "expert_tokens")
+MOE_CURVES = ("aux_loss", "z_loss")  # what a log of an MoE run carries instead of tokens per expert
+ROW_METRICS = (*CURVE_METRICS, "grad_norm", "expert_tokens", *MOE_CURVES)
 TIME_METRICS = ("step_time_ms", "comm_ms")
 HARDWARE_ORDER = ("util_pct", "mem_used_bytes", "temp_c", "power_w", "clock_mhz", "throttle", "mem_util_pct",
                   "cube_util_pct", "cpu_util_pct", "host_mem_used_bytes", "rss_bytes", "dataloader_wait_ms")

@@ -5,8 +5,9 @@ Python drains. Backends:
 
 - ``cpu`` (always, on Linux): host CPU utilisation from /proc/stat deltas, host memory used/total from
   /proc/meminfo (MemTotal - MemAvailable), this process's resident set from /proc/self/statm.
-- ``nvml``: ``libnvidia-ml.so.1`` loaded with dlopen: GPU utilisation, memory used/total, power, GPU
-  temperature, SM clock, throttling (power cap, thermal, HW slowdown or power brake) per GPU.
+- ``nvml``: ``libnvidia-ml.so.1`` loaded with dlopen: GPU utilisation, memory used/total, power and the
+  enforced power limit, GPU temperature, SM clock, throttling (power cap, thermal, HW slowdown or power
+  brake) and power throttling (power cap or power brake alone) per GPU.
 - ``dcmi``: Ascend ``libdcmi.so`` loaded with dlopen: AI Core utilisation, HBM used/total, power,
   temperature and AI Core clock per NPU chip.
 
@@ -56,9 +57,16 @@ class HardwareSamples:
 
 
 class HardwareSampler:
-    """Start/stop/drain a native sampling thread; also a context manager."""
+    """Start/stop/drain a native sampling thread; also a context manager.
 
-    def __init__(self, interval: float = 1.0, *, capacity: int = 65536,
+    The live probe samples at the knowledge base's ``hardware.sample_interval_s`` (0.25 s: 40 samples in a
+    10 s run, so that a short run still has the ``hardware.min_samples`` its detectors need); a sampler made
+    here without an interval uses ``DEFAULT_INTERVAL_S``, the probe's fallback when the key is absent.
+    """
+
+    DEFAULT_INTERVAL_S = 1.0
+
+    def __init__(self, interval: float = DEFAULT_INTERVAL_S, *, capacity: int = 65536,
                  backends: Sequence[str] = ("cpu", "nvml", "dcmi"), nvml_libs: Sequence[str] = NVML_LIBS,
                  dcmi_libs: Sequence[str] = DCMI_LIBS) -> None:
         self._impl = _native.HardwareSampler(float(interval), int(capacity), list(backends), list(nvml_libs),

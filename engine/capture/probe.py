@@ -59,6 +59,7 @@ from debugtune.native import STAT_FIELDS, DetectorParams, HardwareSampler, Strea
 TINY_EPS_KEY = "probe.grad_tiny_eps"
 SAT_PREACT_KEY = "probe.act_sat_preact"
 DETAIL_EVERY_KEY = "probe.detail_every"
+SAMPLE_INTERVAL_KEY = "hardware.sample_interval_s"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
 _LOGGED_GRAD_NORM = ("grad_norm", "gradnorm", "grad-norm", "total_norm")
 
@@ -79,7 +80,7 @@ class Probe:
     def __init__(self, model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None,
                  rank: int | None = None, every: int = 1, detail_every: int | None = None, activations: bool = False,
                  hardware: bool = True, thresholds: Mapping[str, float] | None = None, updates: bool = True,
-                 detectors: bool = True, hardware_interval: float = 1.0, flush_rows: int = 65536) -> None:
+                 detectors: bool = True, hardware_interval: float | None = None, flush_rows: int = 65536) -> None:
         import torch
 
         self._torch = torch
@@ -137,7 +138,9 @@ class Probe:
         except BaseException:  # attach fails whole: no hook is left behind
             self._detach()
             raise
-        self.sampler = self._start_sampler(hardware_interval) if hardware else None
+        if hardware_interval is None:  # the knowledge base's cadence, else the sampler's own default
+            hardware_interval = th.get(SAMPLE_INTERVAL_KEY, HardwareSampler.DEFAULT_INTERVAL_S)
+        self.sampler = self._start_sampler(float(hardware_interval)) if hardware else None
         atexit.register(self.close)  # a probe never closed still flushes its telemetry at exit
         self.set_meta()
 

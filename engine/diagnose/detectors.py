@@ -23,6 +23,7 @@ _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.w
 _MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
 _COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN)
 _HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN)
+_HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples")  # sampled counters
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
 _GN = (("grad_norm",),)
 
@@ -115,12 +116,14 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("communication.step_time", "StepTimeRegression", M, (("step_time_ms",),),
              (*_COMM, "communication.step_time.*"), comm.step_time),
     # -- hardware ------------------------------------------------------------------------------------
-    Detector("hardware.util", "LowAcceleratorUtilization", H, (("util_pct",),), (*_HW, "hardware.util.*"),
+    Detector("hardware.util", "LowAcceleratorUtilization", H, (("util_pct",),), (*_HWS, "hardware.util.*"),
              hw.utilisation),
-    Detector("hardware.memory", "MemoryPressure", H, (("mem_used_bytes",), ("mem_total_bytes",)),
-             (*_HW, "hardware.memory.*"), hw.memory),
-    Detector("hardware.throttle", "ThermalThrottling", H, (("throttle", "clock_mhz"),),
-             (*_HW, "hardware.throttle.*", "hardware.clock.*"), hw.throttling),
+    Detector("hardware.memory", "MemoryPressure", H, (("mem_used_bytes", "mem_used_pct"),),
+             (*_HWS, "hardware.memory.*"), hw.memory),
+    Detector("hardware.throttle", "ThermalThrottling", H, (("throttle", "clock_mhz", "temp_c"),),
+             (*_HWS, "hardware.throttle.*", "hardware.clock.*"), hw.throttling),
+    Detector("hardware.power", "PowerCapped", H, (("throttle_power", "power_limit_w", "power_w"),),
+             (*_HWS, "hardware.power.*", "hardware.throttle.frac"), hw.power),
     Detector("hardware.dataloader", "DataLoaderWait", H, (("dataloader_wait_ms",),),
              (*_HW, "hardware.dataloader.*"), hw.dataloader),
 )

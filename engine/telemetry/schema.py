@@ -96,6 +96,9 @@ HARDWARE_METRICS = {
     "sample_time_s": "seconds since the first sample, for time-sampled series whose step is the sample index",
     # added by the live probe's hardware sampler (issue 3)
     "host_mem_total_bytes": "host memory total",
+    # power (issue 16): the sampler's NVML backend and nvidia-smi
+    "power_limit_w": "enforced board power limit (entity: 'device:<name>')",
+    "throttle_power": "1 when the device lowers its clock for power (SW power cap or HW power brake)",
 }
 
 METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,

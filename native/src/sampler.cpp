@@ -21,7 +21,7 @@ namespace nb = nanobind;
 
 const char *HW_METRIC_NAMES[N_HW_METRICS] = {
     "cpu_util_pct", "host_mem_used_bytes", "host_mem_total_bytes", "rss_bytes", "util_pct", "mem_used_bytes",
-    "mem_total_bytes", "power_w", "temp_c", "clock_mhz", "throttle"};
+    "mem_total_bytes", "power_w", "temp_c", "clock_mhz", "throttle", "power_limit_w", "throttle_power"};
 
 void *open_library(const std::vector<std::string> &libs, std::string &loaded, std::string &why) {
   std::string errors;

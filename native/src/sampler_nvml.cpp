@@ -1,5 +1,6 @@
 // NVIDIA backend: libnvidia-ml loaded with dlopen, symbols resolved with dlsym, minimal prototypes
-// declared here (no vendor header): utilisation, memory, power, temperature, SM clock, throttling.
+// declared here (no vendor header): utilisation, memory, power and its enforced limit, temperature, SM clock,
+// throttling (any clock-event reason of power or heat) and power throttling (the power ones alone).
 #include <dlfcn.h>
 
 #include "sampler.h"
@@ -16,6 +17,8 @@ constexpr int NVML_TEMPERATURE_GPU = 0;
 constexpr int NVML_CLOCK_SM = 1;
 // SwPowerCap | HwSlowdown | SwThermalSlowdown | HwThermalSlowdown | HwPowerBrakeSlowdown
 constexpr unsigned long long THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+// SwPowerCap | HwPowerBrakeSlowdown
+constexpr unsigned long long POWER_MASK = 0x4 | 0x80;
 
 class NvmlBackend : public Backend {
  public:
@@ -38,6 +41,7 @@ class NvmlBackend : public Backend {
     util_ = (nvmlReturn_t(*)(nvmlDevice_t, nvmlUtilization_t *))sym("nvmlDeviceGetUtilizationRates");
     mem_ = (nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t *))sym("nvmlDeviceGetMemoryInfo");
     power_ = (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))sym("nvmlDeviceGetPowerUsage");
+    limit_ = (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))sym("nvmlDeviceGetEnforcedPowerLimit");
     temp_ = (nvmlReturn_t(*)(nvmlDevice_t, int, unsigned *))sym("nvmlDeviceGetTemperature");
     clock_ = (nvmlReturn_t(*)(nvmlDevice_t, int, unsigned *))sym("nvmlDeviceGetClockInfo");
     throttle_ = (nvmlReturn_t(*)(nvmlDevice_t, unsigned long long *))sym("nvmlDeviceGetCurrentClocksEventReasons");
@@ -84,10 +88,14 @@ class NvmlBackend : public Backend {
       }
       unsigned v = 0;
       if (power_ && power_(d, &v) == 0) out.push_back({t, e, POWER_W, v / 1000.0});  // milliwatts
+      if (limit_ && limit_(d, &v) == 0) out.push_back({t, e, POWER_LIMIT_W, v / 1000.0});  // milliwatts
       if (temp_ && temp_(d, NVML_TEMPERATURE_GPU, &v) == 0) out.push_back({t, e, TEMP_C, (double)v});
       if (clock_ && clock_(d, NVML_CLOCK_SM, &v) == 0) out.push_back({t, e, CLOCK_MHZ, (double)v});
       unsigned long long reasons = 0;
-      if (throttle_ && throttle_(d, &reasons) == 0) out.push_back({t, e, THROTTLE, (reasons & THROTTLE_MASK) ? 1.0 : 0.0});
+      if (throttle_ && throttle_(d, &reasons) == 0) {
+        out.push_back({t, e, THROTTLE, (reasons & THROTTLE_MASK) ? 1.0 : 0.0});
+        out.push_back({t, e, THROTTLE_POWER, (reasons & POWER_MASK) ? 1.0 : 0.0});
+      }
     }
   }
 
@@ -104,6 +112,7 @@ class NvmlBackend : public Backend {
   nvmlReturn_t (*util_)(nvmlDevice_t, nvmlUtilization_t *) = nullptr;
   nvmlReturn_t (*mem_)(nvmlDevice_t, nvmlMemory_t *) = nullptr;
   nvmlReturn_t (*power_)(nvmlDevice_t, unsigned *) = nullptr;
+  nvmlReturn_t (*limit_)(nvmlDevice_t, unsigned *) = nullptr;
   nvmlReturn_t (*temp_)(nvmlDevice_t, int, unsigned *) = nullptr;
   nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned *) = nullptr;
   nvmlReturn_t (*throttle_)(nvmlDevice_t, unsigned long long *) = nullptr;

@@ -3,8 +3,11 @@
 Header names carry units (``memory.used [MiB]``); values carry them too unless ``nounits``. One device per
 ``index`` (entity ``device:gpu<index>``), step = the sample number of that device, plus ``sample_time_s`` from
 ``timestamp``. ``[N/A]`` / ``[Not Supported]`` cells are skipped; repeated header lines (concatenated logs) are
-skipped. Throttling = any of SW power cap, HW slowdown, SW/HW thermal slowdown, HW power brake in
-``clocks_throttle_reasons.active`` / ``clocks_event_reasons.active`` (NVML bitmask).
+skipped. Throttling (``throttle``) = any of SW power cap, HW slowdown, SW/HW thermal slowdown, HW power brake in
+``clocks_throttle_reasons.active`` / ``clocks_event_reasons.active`` (NVML bitmask) or in the per-reason fields
+(``clocks_event_reasons.sw_power_cap`` ... ``Active`` / ``Not Active``); ``throttle_power`` = the power ones
+(SW power cap, HW power brake). ``power.limit`` / ``enforced.power.limit`` → ``power_limit_w``. Which query
+fields each metric comes from, and which detector reads it: docs/import.md, "Hardware logs".
 """
 
 from __future__ import annotations
@@ -25,14 +28,29 @@ _FIELDS = {
     "memory.used": ("mem_used_bytes", _MIB), "memory.total": ("mem_total_bytes", _MIB),
     "power.draw": ("power_w", 1.0), "power.draw.instant": ("power_w", 1.0), "temperature.gpu": ("temp_c", 1.0),
     "clocks.sm": ("clock_mhz", 1.0), "clocks.current.sm": ("clock_mhz", 1.0),
+    "power.limit": ("power_limit_w", 1.0), "enforced.power.limit": ("power_limit_w", 1.0),
 }
 _THROTTLE_FIELDS = ("clocks_throttle_reasons.active", "clocks_event_reasons.active")
-_THROTTLE_BITS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80  # SwPowerCap, HwSlowdown, SwThermal, HwThermal, HwPowerBrake
+_POWER_BITS = 0x4 | 0x80  # SwPowerCap, HwPowerBrakeSlowdown
+_THROTTLE_BITS = _POWER_BITS | 0x8 | 0x20 | 0x40  # and HwSlowdown, SwThermalSlowdown, HwThermalSlowdown
+# per-reason fields (either prefix) → whether the reason is a power one
+_REASONS = {"sw_power_cap": True, "hw_power_brake_slowdown": True, "hw_slowdown": False,
+            "sw_thermal_slowdown": False, "hw_thermal_slowdown": False}
 _UNSUPPORTED = re.compile(r"^\[(n/a|not supported|unknown error|gpu is lost)\]$", re.IGNORECASE)
 
 
 def _key(header: str) -> str:
     return header.split("[", 1)[0].strip().lower()
+
+
+def _active(cell: str, path: Path, line: int, field: str) -> bool | None:
+    """A per-reason cell: ``Active`` / ``Not Active`` (None when unsupported)."""
+    if _UNSUPPORTED.match(cell):
+        return None
+    low = cell.strip().lower()
+    if low not in ("active", "not active"):
+        raise ImportFormatError(path, f"expected 'Active' or 'Not Active', got {cell!r}", line=line, field=field)
+    return low == "active"
 
 
 def detect(path: Path) -> bool:
@@ -61,7 +79,10 @@ def load(path: Path, sink: RunSink) -> None:
         i_time = keys.index("timestamp") if "timestamp" in keys else None
         mapped = [(i, *_FIELDS[k]) for i, k in enumerate(keys) if k in _FIELDS]
         i_throttle = next((i for i, k in enumerate(keys) if k in _THROTTLE_FIELDS), None)
-        if not mapped and i_throttle is None:
+        reasons = [(i, _REASONS[k.rsplit(".", 1)[1]]) for i, k in enumerate(keys)
+                   if k.startswith(("clocks_throttle_reasons.", "clocks_event_reasons."))
+                   and k.rsplit(".", 1)[1] in _REASONS] if i_throttle is None else []
+        if not mapped and i_throttle is None and not reasons:
             raise ImportFormatError(path, "no known --query-gpu field (utilization.gpu, memory.used, ...)", line=1)
         for line, row in table.rows():
             if _key(row[0]) == keys[0]:
@@ -87,4 +108,12 @@ def load(path: Path, sink: RunSink) -> None:
                         raise ImportFormatError(path, f"not a hex bitmask: {cell!r}", line=line,
                                                 field=table.header[i_throttle]) from None
                     sink.add(0, step, "throttle", float(bool(mask & _THROTTLE_BITS)), device)
+                    sink.add(0, step, "throttle_power", float(bool(mask & _POWER_BITS)), device)
+            elif reasons:
+                active = [(power, _active(clean(row[i]), path, line, table.header[i])) for i, power in reasons]
+                known = [(power, on) for power, on in active if on is not None]
+                if known:
+                    sink.add(0, step, "throttle", float(any(on for _, on in known)), device)
+                    if any(power for power, _ in known):
+                        sink.add(0, step, "throttle_power", float(any(on for power, on in known if power)), device)
     sink.meta.update({"environment": {"device_kind": "cuda"}})

@@ -24,8 +24,9 @@ CURVE_METRICS = ("loss", "eval_loss", "lr")
 MOE_CURVES = ("aux_loss", "z_loss")  # what a log of an MoE run carries instead of tokens per expert
 ROW_METRICS = (*CURVE_METRICS, "grad_norm", "expert_tokens", *MOE_CURVES)
 TIME_METRICS = ("step_time_ms", "comm_ms")
-HARDWARE_ORDER = ("util_pct", "mem_used_bytes", "temp_c", "power_w", "clock_mhz", "throttle", "mem_util_pct",
-                  "cube_util_pct", "cpu_util_pct", "host_mem_used_bytes", "rss_bytes", "dataloader_wait_ms")
+HARDWARE_ORDER = ("util_pct", "mem_used_bytes", "mem_used_pct", "temp_c", "power_w", "power_limit_w", "clock_mhz",
+                  "throttle", "throttle_power", "mem_util_pct", "cube_util_pct", "cpu_util_pct", "host_mem_used_bytes",
+                  "rss_bytes", "dataloader_wait_ms")
 HARDWARE = tuple(m for m in HARDWARE_METRICS if m != "sample_time_s")
 
 Pivot = tuple[np.ndarray, list, np.ndarray]

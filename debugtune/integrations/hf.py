@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from debugtune.integrations.session import ProbeSession, Routers, distributed_barrier, module_size
+from debugtune.integrations.session import Routers, SessionCallback, distributed_barrier, module_size
 
 if TYPE_CHECKING:
-    from debugtune.engine.infer import DiagnosisReport
     from debugtune.kg import Store
 
 __all__ = ["DebugtuneCallback"]
@@ -33,26 +32,18 @@ _ARGS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_
          "optim", "bf16", "fp16", "seed", "logging_steps")
 
 
-class DebugtuneCallback(TrainerCallback):
+class DebugtuneCallback(TrainerCallback, SessionCallback):
     """Attach debugtune's probe to a ``transformers.Trainer`` run; ``report`` holds the diagnosis when
     ``diagnose=True`` (global rank 0). Arguments as :class:`~debugtune.integrations.session.ProbeSession`."""
 
     def __init__(self, run_dir: str | os.PathLike[str], *, run_id: str | None = None, routers: Routers = True,
                  diagnose: bool = False, store: Store | None = None, **attach_options: Any) -> None:
-        self.session = ProbeSession(run_dir, run_id=run_id, routers=routers, diagnose=diagnose, store=store,
-                                    **attach_options)
+        self._open_session(run_dir, run_id=run_id, routers=routers, diagnose=diagnose, store=store,
+                           attach_options=attach_options)
         self._loss: Any = None
         self._micro = 0
         self._per_step_loss = False
         self._handle: Any = None
-
-    @property
-    def probe(self) -> Any:
-        return self.session.probe
-
-    @property
-    def report(self) -> DiagnosisReport | None:
-        return self.session.report
 
     # -- events --------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,

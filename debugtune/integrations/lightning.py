@@ -23,10 +23,9 @@ except ModuleNotFoundError:  # the standalone package of the same code
     from pytorch_lightning import Callback  # type: ignore[no-redef]
     from pytorch_lightning import __version__ as _VERSION  # type: ignore[no-redef]
 
-from debugtune.integrations.session import ProbeSession, Routers, module_size, scalar, unwrap_optimizer
+from debugtune.integrations.session import Routers, SessionCallback, module_size, scalar, unwrap_optimizer
 
 if TYPE_CHECKING:
-    from debugtune.engine.infer import DiagnosisReport
     from debugtune.kg import Store
 
 __all__ = ["DebugtuneCallback"]
@@ -67,24 +66,16 @@ class _DeferredPreStep:
         return getattr(self._real, name)
 
 
-class DebugtuneCallback(Callback):
+class DebugtuneCallback(Callback, SessionCallback):
     """Attach debugtune's probe to a Lightning ``Trainer`` run; ``report`` holds the diagnosis when
     ``diagnose=True`` (global rank 0). Arguments as :class:`~debugtune.integrations.session.ProbeSession`."""
 
     def __init__(self, run_dir: str | os.PathLike[str], *, run_id: str | None = None, routers: Routers = True,
                  diagnose: bool = False, store: Store | None = None, **attach_options: Any) -> None:
-        self.session = ProbeSession(run_dir, run_id=run_id, routers=routers, diagnose=diagnose, store=store,
-                                    **attach_options)
+        self._open_session(run_dir, run_id=run_id, routers=routers, diagnose=diagnose, store=store,
+                           attach_options=attach_options)
         self._deferred: _DeferredPreStep | None = None
         self._module: Any = None
-
-    @property
-    def probe(self) -> Any:
-        return self.session.probe
-
-    @property
-    def report(self) -> DiagnosisReport | None:
-        return self.session.report
 
     # -- events --------------------------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:

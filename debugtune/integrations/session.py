@@ -128,6 +128,25 @@ class ProbeSession:
         return self.report
 
 
+class SessionCallback:
+    """What both callbacks expose: their session, its probe and (with ``diagnose=True``) its report."""
+
+    session: ProbeSession
+
+    def _open_session(self, run_dir: str | os.PathLike[str], *, run_id: str | None, routers: Routers,
+                      diagnose: bool, store: Store | None, attach_options: dict[str, Any]) -> None:
+        self.session = ProbeSession(run_dir, run_id=run_id, routers=routers, diagnose=diagnose, store=store,
+                                    **attach_options)
+
+    @property
+    def probe(self) -> Probe | None:
+        return self.session.probe
+
+    @property
+    def report(self) -> DiagnosisReport | None:
+        return self.session.report
+
+
 def distributed_barrier() -> None:
     """``torch.distributed.barrier()`` when a process group is initialised (a no-op otherwise)."""
     import torch

@@ -182,6 +182,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "LowAcceleratorUtilization": lambda f: f"{f.entity} was {_g(f.evidence, 'util_pct'):.0f}% utilised",
     "MemoryPressure": lambda f: f"{f.entity} memory was {_g(f.evidence, 'used_fraction'):.0%} full",
     "ThermalThrottling": lambda f: f"{f.entity} was throttled from step {f.onset_step}",
+    "PowerCapped": lambda f: f"{f.entity} ran at its power cap from step {f.onset_step}",
 }
 
 

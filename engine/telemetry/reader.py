@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 
 from debugtune.engine.telemetry.errors import TelemetryError
 from debugtune.engine.telemetry.runmeta import RUN_JSON, read_run_json
-from debugtune.engine.telemetry.schema import SCHEMA
+from debugtune.engine.telemetry.schema import METRICS, SCHEMA
 from debugtune.engine.telemetry.writer import TELEMETRY_DIR
 
 _PARTITIONING = ds.partitioning(pa.schema([("rank", pa.int32())]), flavor="hive")
@@ -102,12 +102,16 @@ def telemetry_dataset(run_dir: str | Path) -> ds.FileSystemDataset:
 def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | None = None,
                    metrics: str | Iterable[str] | None = None, entities: str | Iterable[str] | None = None,
                    steps: StepFilter = None, ranks: int | Iterable[int] | None = None,
-                   columns: Iterable[str] | None = None) -> Telemetry:
+                   columns: Iterable[str] | None = None, aliases: bool = True) -> Telemetry:
     """Load the rows of a run that match every given filter.
 
     ``steps``: an int, a ``range``/``slice`` (half-open), or an iterable of step numbers. ``run.json`` is read
     when present (a malformed one raises); without it the metadata holds only what the rows tell.
+    ``aliases``: metric spellings of the knowledge base are read as their canonical names (and dimensions;
+    see :mod:`~debugtune.engine.telemetry.aliases`), and ``metrics`` may name either; False reads names as stored.
     """
+    from debugtune.engine.telemetry.aliases import AliasPlan  # not at import: it is also a command
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise TelemetryError(run_dir, "run directory not found")
@@ -121,15 +125,94 @@ def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | Non
             raise TelemetryError(run_dir, "neither telemetry/ nor run.json found (not a debugtune run directory?)")
         return Telemetry(SCHEMA.empty_table().select(cols), meta)
     dataset = telemetry_dataset(run_dir)
-    expr = _filter(dimensions, metrics, entities, steps, ranks)
+    dims = _names(dimensions)
+    if dims is not None and set(dims) >= set(METRICS):
+        dimensions = dims = None  # every dimension the writer accepts: no filter
+    plan = None
+    if aliases and any(f is not None for f in (dimensions, metrics, entities, steps, ranks)):
+        everything = list(dataset.get_fragments())  # the renaming is decided on the whole run
+        for fragment in everything:
+            _check_fragment(fragment)
+        plan = AliasPlan(_metric_rows(_read(everything, dataset, ["metric"], None, run_dir)))
+    if plan is not None and metrics is not None:
+        metrics = plan.stored_for(plan.requested(_names(metrics)))
+    expr = _filter(None if plan else dimensions, metrics, entities, steps, ranks)
+    if plan and dims is not None:
+        into = ds.field("dimension").isin(dims)
+        if moved := plan.moved_into(set(dims)):
+            into = into | ds.field("metric").isin(moved)
+        expr = into if expr is None else expr & into
     fragments = list(dataset.get_fragments(filter=expr))
-    for fragment in fragments:
-        _check_fragment(fragment)
+    if plan is None:  # else checked above
+        for fragment in fragments:
+            _check_fragment(fragment)
+    needed = cols if not aliases else list(dict.fromkeys([*cols, "metric", "dimension"]))
+    table = _read(fragments, dataset, needed, expr, run_dir)
+    if aliases:
+        plan = plan if plan is not None else AliasPlan(_metric_rows(table))
+        table = _canonical(table, plan)
+        if plan and dims is not None:
+            table = table.filter(pc.is_in(table.column("dimension").cast(pa.string()), pa.array(dims)))
+        table = table.select(cols)
+    return Telemetry(table, meta)
+
+
+def _read(fragments: list[ds.ParquetFileFragment], dataset: ds.FileSystemDataset, columns: list[str],
+          expr: ds.Expression | None, run_dir: Path) -> pa.Table:
     try:
-        table = ds.FileSystemDataset(fragments, SCHEMA, dataset.format).to_table(columns=cols, filter=expr)
+        return ds.FileSystemDataset(fragments, SCHEMA, dataset.format).to_table(columns=columns, filter=expr)
     except (pa.ArrowException, OSError) as err:
         raise TelemetryError(_culprit(str(err), fragments, run_dir), f"cannot read telemetry: {err}") from None
-    return Telemetry(table, meta)
+
+
+def _metric_rows(table: pa.Table) -> dict[str, int]:
+    """Rows per stored metric name (from the dictionary codes: no string is decoded per row)."""
+    rows: dict[str, int] = {}
+    for chunk in table.column("metric").chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            chunk = pc.dictionary_encode(chunk)
+        counts = np.bincount(chunk.indices.to_numpy(zero_copy_only=False), minlength=len(chunk.dictionary))
+        for name, n in zip(chunk.dictionary.to_pylist(), counts.tolist(), strict=True):
+            if n:
+                rows[name] = rows.get(name, 0) + n
+    return rows
+
+
+def _dictionary(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """One dictionary array of a name column (unified dictionaries)."""
+    if not pa.types.is_dictionary(column.type):
+        column = pc.dictionary_encode(column)
+    arr = column.unify_dictionaries().combine_chunks()
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def _canonical(table: pa.Table, plan: Any) -> pa.Table:
+    """The table with the plan's spellings renamed (metric column) and moved to their canonical dimension.
+
+    Works on the dictionaries: one name lookup per distinct metric, one vectorised remap of the row codes."""
+    if not plan or table.num_rows == 0:
+        return table
+    schema = table.schema
+    metric = _dictionary(table.column("metric"))
+    stored = metric.dictionary.to_pylist()
+    names = [plan.output(n) for n in stored]
+    uniq = list(dict.fromkeys(names))
+    remap = np.array([uniq.index(n) for n in names], dtype=np.int32)
+    codes = metric.indices.to_numpy(zero_copy_only=False)
+    field = schema.field("metric")
+    out = table.set_column(schema.get_field_index("metric"), field, pa.DictionaryArray.from_arrays(
+        pa.array(remap[codes], field.type.index_type), pa.array(uniq, pa.string())))
+    moved = [plan.dimension(n) for n in stored]
+    if not any(moved):
+        return out
+    dim = _dictionary(table.column("dimension"))
+    dims = dim.dictionary.to_pylist()
+    dims += [d for d in dict.fromkeys(moved) if d and d not in dims]
+    target = np.array([dims.index(d) if d else -1 for d in moved], dtype=np.int64)[codes]
+    dcodes = np.where(target >= 0, target, dim.indices.to_numpy(zero_copy_only=False))
+    field = schema.field("dimension")
+    return out.set_column(schema.get_field_index("dimension"), field, pa.DictionaryArray.from_arrays(
+        pa.array(dcodes, field.type.index_type), pa.array(dims, pa.string())))
 
 
 def _culprit(message: str, fragments: list[ds.ParquetFileFragment], default: Path) -> str | Path:

@@ -45,6 +45,15 @@ GRADIENT_METRICS = {
     # added by the live probe (issue 3); also 'grad_log2_hist:<bin>' (count per log2 magnitude bin,
     # labels as debugtune.native.HIST_LABELS) and '<series>_alarm_<kind>' (a live detector fired)
     "grad_norm_logged": "gradient norm as logged by the training script on steps the probe measured itself",
+    # direct evidence of the live probe (issue 12; docs/probe.md)
+    "init_weight_std": "std of a weight layer's weight at attach (entity: layer; step 0)",
+    "init_gain": "std(W) * sqrt(fan_in) of a weight layer at attach (entity: layer; step 0)",
+    "act_out_std": "std of a weight layer's output (entity: layer; detail steps)",
+    "act_in_dead_frac": "fraction of a weight layer's input features zero for every sample (detail steps)",
+    "act_in_sat_frac": "fraction of a bounded, non-ReLU weight-layer input near its bounds (detail steps)",
+    "grad_cos_prev": "cosine of this recorded step's gradient with the previous one's (strided sample)",
+    "grad_stale_frac": "fraction of gradient-receiving parameters not cleared since the previous optimizer step",
+    "in_optimizer": "1 when every trainable parameter of the layer is in the attached optimizer, else 0 (step 0)",
 }
 CONVERGENCE_METRICS = {
     "loss": "training loss", "lr": "learning rate", "eval_loss": "validation loss",
@@ -57,6 +66,20 @@ CONVERGENCE_METRICS = {
     "epoch": "training epoch (fractional where the logger reports it so)",
     "skipped_iterations": "iterations skipped in the logging interval (Megatron: overflow / NaN)",
     "nan_iterations": "iterations with a NaN loss in the logging interval (Megatron)",
+    "dropped_token_frac": "fraction of routed token slots dropped by capacity (entity: '' or router path)",
+    # direct evidence of the live probe (issue 12; docs/probe.md)
+    "input_mean": "mean of the model's floating-point input in the step",
+    "input_std": "std of the model's floating-point input in the step",
+    "input_absmax": "max |x| of the model's floating-point input in the step",
+    "input_feature_scale_ratio": "max / median of the per-feature std of the model input (detail steps)",
+    "output_std": "std of the model's output (detail steps)",
+    "output_min": "smallest value of the model's output (detail steps)",
+    "output_max": "largest value of the model's output (detail steps)",
+    "output_zero_frac": "fraction of exact zeros in the model's output (detail steps)",
+    "output_simplex_frac": "fraction of output rows that are probability vectors (detail steps)",
+    "router_bias_spread": "max - median over experts of a watched router's bias (entity: router; step 0)",
+    "router_weight_std": "std of a watched router's weight (entity: router; step 0)",
+    "router_logit_spread": "max - median over experts of the token-mean router logits (entity: router; detail steps)",
 }
 COMMUNICATION_METRICS = {
     "step_time_ms": "wall time of the step on this rank",

@@ -42,6 +42,7 @@ from debugtune.engine.capture.hooks_activations import ActivationStats, activati
 from debugtune.engine.capture.hooks_comm import CollectiveTimer
 from debugtune.engine.capture.hooks_router import RouterWatch
 from debugtune.engine.capture.probe_errors import ProbeErrors
+from debugtune.engine.capture.probe_evidence import Evidence
 from debugtune.engine.capture.probe_layout import ParamLayout
 from debugtune.engine.capture.probe_measure import (
     GradJob,
@@ -54,6 +55,7 @@ from debugtune.engine.capture.probe_measure import (
     write_updates,
 )
 from debugtune.engine.telemetry import TelemetryWriter, dimension_of, environment_snapshot, write_run_json
+from debugtune.engine.telemetry.aliases import canonical
 from debugtune.native import STAT_FIELDS, DetectorParams, HardwareSampler, StreamDetectors
 
 TINY_EPS_KEY = "probe.grad_tiny_eps"
@@ -61,7 +63,6 @@ SAT_PREACT_KEY = "probe.act_sat_preact"
 DETAIL_EVERY_KEY = "probe.detail_every"
 SAMPLE_INTERVAL_KEY = "hardware.sample_interval_s"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
-_LOGGED_GRAD_NORM = ("grad_norm", "gradnorm", "grad-norm", "total_norm")
 
 
 def knowledge_thresholds() -> dict[str, float]:
@@ -121,6 +122,7 @@ class Probe:
         self._routers: list[RouterWatch] = []
         self._acts: list[ActivationStats] = []
         self._handles: list[Any] = []
+        self._log_names: dict[str, str] = {}  # key given to log → metric written
 
         self._comm = CollectiveTimer(self.errors) if self._dist_on else None
         self.sampler: HardwareSampler | None = None
@@ -131,6 +133,9 @@ class Probe:
             self._handles.append(optimizer.register_step_pre_hook(self._before_step))
             self._handles.append(optimizer.register_step_post_hook(self._after_step))
             self._handles.append(model.register_forward_pre_hook(self._on_forward))
+            self._evidence = Evidence(model, self.layout, self.writer, self.errors, self.disabled, th, self._clock,
+                                      updates)
+            self._evidence.install(self._handles)
             if activations:
                 self._watch_activations(model, th.get(SAT_PREACT_KEY))
             if self._comm is not None:
@@ -200,32 +205,47 @@ class Probe:
             watch = RouterWatch(path, num_experts, top_k, self.layout.indices_of(module))
             self._routers.append(watch)
             self._handles.append(module.register_forward_hook(partial(self._on_router, watch)))
+            self._evidence.watch_router(path, module, num_experts, self._handles, self._step)
         except Exception as exc:  # noqa: BLE001
             self.errors.add("watch_router", exc)
 
     def log(self, step: int | None = None, **metrics: Any) -> None:
         """Record scalars (loss, lr, grad_norm, any name) at the step in progress (or ``step``).
 
-        Known names go to their dimension (telemetry schema), unknown ones to "convergence" under the name
-        given. A logged grad norm is stored as ``grad_norm`` on steps the probe does not measure gradients
-        itself, else as ``grad_norm_logged``.
+        A spelling of the knowledge base's alias table (``lm loss``, ``train/loss``, ``learning_rate``,
+        ``moe_dropped_token_fraction``, ...) is stored under its canonical name, unless another key already
+        took that name in this run; known names go to their dimension (telemetry schema), unknown ones to
+        "convergence" under the name given. A logged grad norm is stored as ``grad_norm`` on steps the probe
+        does not measure gradients itself, else as ``grad_norm_logged``.
         """
         try:
             at = self._step if step is None else int(step)
             detect: dict[str, float] = {}
             for key, raw in metrics.items():
                 value = float(raw.item() if hasattr(raw, "item") else raw)
-                metric = key
-                if key in _LOGGED_GRAD_NORM:
+                metric = self._log_names.get(key) or self._log_name(key)
+                if metric == "grad_norm":
                     metric = "grad_norm_logged" if self._recording(at) else "grad_norm"
                 dim = dimension_of(metric) or "convergence"
                 self.writer.add(at, dim, metric, "", value)
-                if key == "loss":
+                if metric == "loss":
                     detect["loss"] = value
             if detect:
                 self._detect(at, detect)
         except Exception as exc:  # noqa: BLE001
             self.errors.add("log", exc)
+
+    def _log_name(self, key: str) -> str:
+        """The canonical name of a logged key, claimed by the first key that maps to it."""
+        try:
+            name = canonical(key)
+        except Exception as exc:  # noqa: BLE001 — an unreadable alias table keeps names as given
+            self.errors.add("aliases", exc)
+            name = key
+        if name != key and name in self._log_names.values():
+            name = key
+        self._log_names[key] = name
+        return name
 
     def set_meta(self, **meta: Any) -> None:
         """Descriptive metadata for run.json (program, model size, ...)."""
@@ -248,6 +268,7 @@ class Probe:
             if self._pending:
                 self._start_grads()
                 self._finish_grads()
+            self._evidence.close(self._step)
             self._write_step_extras(self._step)
             if self.sampler is not None:
                 self.sampler.stop()
@@ -296,6 +317,12 @@ class Probe:
         if self._completed > self._step:
             self._step = self._completed
 
+    def _clock(self) -> tuple[int, bool, bool]:
+        """(step in progress, recording, detail) for a hook that runs now."""
+        self._advance()
+        step = self._step
+        return step, self._recording(step), self._detail(step)
+
     def _on_forward(self, module: Any, args: Any) -> None:
         self._advance()
 
@@ -322,6 +349,7 @@ class Probe:
             self._finish_updates()  # the optimizer is about to write the parameters it reads
             self._finish_grads()
             self._step = self._completed
+            self._evidence.before_step(self._step, self._recording(self._step), self._detail(self._step))
             if not self._recording(self._step):
                 return
             if self.updates and self._detail(self._step):  # before the background pass: no competing for memory
@@ -341,6 +369,7 @@ class Probe:
             self._finish_grads()
             if self._snapshots.step == step:
                 self._update_job = start_updates(self.layout, self._snapshots)  # finished by the next pre-hook
+            self._evidence.after_step(step)
             self._write_step_extras(step)
             if self.sampler is not None and time.monotonic() - self._last_drain >= self.sampler.interval:
                 self._drain_hardware(step)
@@ -446,10 +475,10 @@ class Probe:
             "updates": self.updates, "steps_completed": self._completed,
             "params": {"watched": len(lay.trainable), "frozen": len(lay.frozen), "optimized": len(lay.optimized),
                        "unnamed_in_optimizer": lay.unnamed_in_optimizer,
-                       "frozen_names": [lay.names[i] for i in lay.frozen][:100]},
+                       "frozen_names": [lay.names[i] for i in lay.frozen][:100], **self._evidence.outside.report()},
             "routers": [r.name for r in self._routers], "activation_modules": len(self._acts),
             "collectives_timed": self._comm is not None, "sampler": sampler, "disabled": dict(self.disabled),
-            "errors": self.errors.report(), "alarms": len(self.alarms),
+            "errors": self.errors.report(), "alarms": len(self.alarms), **self._evidence.report(),
         }
 
     def _write_run_json(self, status: str) -> None:
@@ -459,6 +488,7 @@ class Probe:
             "world_size": self.world_size, "parallel": {},
             "steps": {"count": self._completed, "first": 0, "last": self._completed - 1} if self._completed else {},
             "source": {"format": "probe", "status": status}, **self.meta,
+            **({"layers": self._evidence.order} if self._evidence.order else {}),  # measured: wins over set_meta
             "environment": environment_snapshot(), "probe": self.report(),
         }
         if self.rank == 0:

@@ -201,12 +201,13 @@ class Snapshots:
     buffers: dict[int, Any] = field(default_factory=dict)
     step: int | None = None
 
-    def take(self, layout: ParamLayout, step: int) -> None:
+    def take(self, layout: ParamLayout, step: int, positions: Sequence[int] | None = None) -> None:
+        """Copy the parameters at ``positions`` (default: those the optimizer updates)."""
         import torch
 
         dst, src = [], []
         with torch.no_grad():
-            for i in layout.optimized:
+            for i in layout.optimized if positions is None else positions:
                 p = layout.params[i].detach()
                 buf = self.buffers.get(i)
                 if buf is None or buf.shape != p.shape or buf.dtype != p.dtype or buf.device != p.device:
@@ -230,8 +231,8 @@ class UpdateJob:
     split: _Split
 
 
-def start_updates(layout: ParamLayout, snaps: Snapshots) -> UpdateJob:
-    positions = [i for i in layout.optimized if i in snaps.buffers]
+def start_updates(layout: ParamLayout, snaps: Snapshots, positions: Sequence[int] | None = None) -> UpdateJob:
+    positions = [i for i in (layout.optimized if positions is None else positions) if i in snaps.buffers]
     after = [layout.params[i].detach() for i in positions]
     before = [snaps.buffers[i] for i in positions]
     native = [k for k, t in enumerate(after) if native_ok(t) and t.dtype == before[k].dtype]
@@ -249,13 +250,16 @@ def start_updates(layout: ParamLayout, snaps: Snapshots) -> UpdateJob:
 _WHOLE = np.array([""], dtype=object)
 
 
-def write_updates(job: UpdateJob, layout: ParamLayout, writer: TelemetryWriter) -> None:
-    """Wait for an update job and write update_norm, weight_norm and update_ratio per layer, expert and ''."""
+def write_updates(job: UpdateJob, layout: ParamLayout, writer: TelemetryWriter,
+                  layers: np.ndarray | None = None) -> None:
+    """Wait for an update job and write update_norm, weight_norm and update_ratio per layer, expert and '';
+    with ``layers`` (layer ids), per those layers only."""
     norms, _ = job.split.finish()
     pos, rows = job.positions, StepRows()
-    for group, names in ((layout.layer_of[pos], layout.layer_names), (layout.expert_of[pos], layout.expert_names),
-                         (np.zeros(len(pos), dtype=np.int64), _WHOLE)):
-        keep = group >= 0
+    groups = ((layout.layer_of[pos], layout.layer_names), (layout.expert_of[pos], layout.expert_names),
+              (np.zeros(len(pos), dtype=np.int64), _WHOLE))
+    for group, names in groups if layers is None else groups[:1]:
+        keep = group >= 0 if layers is None else np.isin(group, layers)
         if not keep.any():
             continue
         g = group[keep]

@@ -1,0 +1,324 @@
+"""What the forward pass shows directly: the model's input and output, each weight layer's signal, the layer order.
+
+- **Model input** (every recorded step): mean, std and abs-max of the first floating-point tensor in the
+  model's forward arguments, over the step's training forwards (``input_*``); on detail steps also
+  ``input_feature_scale_ratio``, max over median of the per-feature std over the batch (features: last dim
+  of a 2-D input, dim 1 of a 3-D or larger one; zero-std features skipped). Integer inputs (token ids) give
+  nothing; run.json says what the input was.
+- **Model output** (detail steps): std, min, max, exact-zero fraction and the fraction of rows (last dim)
+  that are probability vectors (non-negative, summing to 1 within ``probe.simplex_tol``) of the first floating
+  tensor of the output (``.logits`` of an HF-style output).
+- **Weight layers** (detail steps, forward hooks): ``act_out_std`` of the output (the first tensor of a tuple
+  output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;
+  ConvNd: the channel dim) exactly zero for every sample; ``act_in_sat_frac`` when the whole input lies in
+  [-1, 1] with fewer exact zeros than ``probe.bounded_max_zero_frac`` (a sigmoid/tanh output, not a ReLU): the
+  share within ``probe.bounded_sat_band`` of the bounds (±1 when it has negative values, else 0 and 1). These
+  see activations applied functionally (``F.relu``, ``torch.sigmoid``) that hooks on activation modules miss.
+- **Forward order**: the layer entities in the order their forward first ran (until the first optimizer step).
+
+Only forwards with autograd enabled count (evaluation under ``no_grad`` is not the training's signal); values
+accumulate over the forwards of a step (micro-batches, a GAN's real and fake passes). The hooks read their
+tensors under ``no_grad`` and never write them; every sum is in float64 (the native kernel on CPU tensors).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from debugtune.engine.capture.probe_errors import ProbeErrors
+from debugtune.engine.capture.probe_measure import StepRows, start_stats
+from debugtune.native import STAT_FIELDS
+
+BAND_KEY = "probe.bounded_sat_band"
+ZERO_KEY = "probe.bounded_max_zero_frac"
+SIMPLEX_KEY = "probe.simplex_tol"
+_COL = {name: i for i, name in enumerate(STAT_FIELDS)}
+
+
+def first_float(value: Any) -> Any:
+    """The first floating-point tensor in a value: itself, ``.logits``, or the first one in a tuple/list/dict."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value if value.is_floating_point() else None
+    logits = getattr(value, "logits", None)
+    if isinstance(logits, torch.Tensor) and logits.is_floating_point():
+        return logits
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, tuple | list) else ()
+    for item in items:
+        found = first_float(item)
+        if found is not None:
+            return found
+    return None
+
+
+def first_tensor(value: Any) -> Any:
+    """The first tensor of any dtype (to say what a non-floating input was)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, tuple | list) else ()
+    return next((t for t in (first_tensor(i) for i in items) if t is not None), None)
+
+
+def _row(t: Any, eps: float = 0.0, large: float = math.inf) -> np.ndarray:
+    values, _ = start_stats([t], eps, large, background=False).finish()
+    return values[0]
+
+
+@dataclass
+class Moments:
+    """Count, sum, sum of squares, min, max, exact zeros of values seen in a step."""
+
+    n: float = 0.0
+    s: float = 0.0
+    ss: float = 0.0
+    lo: float = math.inf
+    hi: float = -math.inf
+    zeros: float = 0.0
+    absmax: float = 0.0
+
+    def add(self, row: np.ndarray) -> None:
+        self.n += row[_COL["numel"]]
+        self.s += row[_COL["sum"]]
+        self.ss += row[_COL["sumsq"]]
+        self.zeros += row[_COL["zeros"]]
+        if row[_COL["numel"]] > 0 and not math.isnan(row[_COL["min"]]):
+            self.lo = min(self.lo, row[_COL["min"]])
+            self.hi = max(self.hi, row[_COL["max"]])
+            self.absmax = max(self.absmax, row[_COL["absmax"]])
+
+    @property
+    def mean(self) -> float:
+        return self.s / self.n
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(max(self.ss / self.n - self.mean ** 2, 0.0))
+
+
+def feature_scale_ratio(x: Any) -> float | None:
+    """Max over median of the per-feature std over the batch (None for 1-D inputs or < 1 varying feature)."""
+    import torch
+
+    if x.dim() < 2:
+        return None
+    with torch.no_grad():
+        dims = (0,) if x.dim() == 2 else tuple(d for d in range(x.dim()) if d != 1)
+        std = torch.std(x.detach(), dim=dims, correction=0).double().cpu().numpy()
+    std = std[np.isfinite(std) & (std > 0)]
+    return float(std.max() / np.median(std)) if len(std) else None
+
+
+def simplex_rows(x: Any, tol: float) -> tuple[int, int]:
+    """(rows along the last dim that are probability vectors, rows)."""
+    import torch
+
+    with torch.no_grad():
+        rows = x.detach().reshape(-1, x.shape[-1]) if x.dim() else x.detach().reshape(1, 1)
+        ok = (rows >= 0).all(dim=1) & ((rows.sum(dim=1, dtype=torch.float64) - 1).abs() <= tol)
+        return int(ok.sum()), int(rows.shape[0])
+
+
+@dataclass
+class LayerSignal:
+    """One weight layer's forward signal accumulated over a detail step."""
+
+    feature_dim: Callable[[Any], int]
+    out: Moments = field(default_factory=Moments)
+    inp: Moments = field(default_factory=Moments)
+    near: float = 0.0  # |x| >= 1 - band
+    low: float = 0.0  # |x| < band
+    alive: Any = None  # per input feature: nonzero for some sample
+
+    def reset(self) -> None:
+        self.out, self.inp, self.near, self.low, self.alive = Moments(), Moments(), 0.0, 0.0, None
+
+
+def _feature_dim(is_conv: bool, kernel_dims: int) -> Callable[[Any], int]:
+    if not is_conv:
+        return lambda x: x.dim() - 1
+    return lambda x: 1 if x.dim() == kernel_dims + 2 else 0
+
+
+class ForwardEvidence:
+    """Forward hooks on the model and its weight layers (see the module docstring)."""
+
+    def __init__(self, model: Any, layers: list[tuple[str, Any]], order: list[tuple[str, Any]],
+                 thresholds: Mapping[str, float], errors: ProbeErrors, disabled: dict[str, str],
+                 clock: Callable[[], tuple[int, bool, bool]]) -> None:
+        import torch
+
+        self._torch = torch
+        self.model = model
+        self.errors = errors
+        self.clock = clock
+        self.band = thresholds.get(BAND_KEY)
+        self.max_zero = thresholds.get(ZERO_KEY)
+        self.simplex_tol = thresholds.get(SIMPLEX_KEY)
+        for key, what in ((BAND_KEY, "act_in_sat_frac"), (ZERO_KEY, "act_in_sat_frac"),
+                          (SIMPLEX_KEY, "output_simplex_frac")):
+            if thresholds.get(key) is None:
+                disabled[what] = f"no threshold {key!r}"
+        conv = torch.nn.modules.conv._ConvNd
+        self.layers = {name: LayerSignal(_feature_dim(isinstance(m, conv), len(getattr(m, "kernel_size", ()))))
+                       for name, m in layers}
+        self._layer_modules = layers
+        self._order_modules = order
+        self.order: list[str] = []
+        self._order_handles: list[Any] = []
+        self.input = Moments()
+        self.input_ratio: float | None = None
+        self.input_kind: dict[str, Any] = {"floating": None, "dtype": None, "shape": None}
+        self.output = Moments()
+        self.simplex = [0, 0]
+
+    def install(self, handles: list[Any]) -> None:
+        """Register the hooks (appended to ``handles``, which the probe removes at close)."""
+        handles.append(self.model.register_forward_pre_hook(self._on_input, with_kwargs=True))
+        handles.append(self.model.register_forward_hook(self._on_output))
+        for name, module in self._layer_modules:
+            handles.append(module.register_forward_hook(partial(self._on_layer, self.layers[name])))
+        for name, module in self._order_modules:
+            h = module.register_forward_pre_hook(partial(self._on_order, name))
+            handles.append(h)
+            self._order_handles.append(h)
+
+    def stop_order(self) -> None:
+        """The first optimizer step is done: the order is known, its hooks go."""
+        for h in self._order_handles:
+            h.remove()
+        self._order_handles.clear()
+
+    # -- hooks -------------------------------------------------------------------------------------
+    def training(self) -> tuple[bool, bool]:
+        """(recording, detail) for a forward now: both False under ``no_grad``."""
+        if not self._torch.is_grad_enabled():
+            return False, False
+        _, recording, detail = self.clock()
+        return recording, detail and recording
+
+    def _on_order(self, name: str, module: Any, args: Any) -> None:
+        if name not in self.order:
+            self.order.append(name)
+
+    def _on_input(self, module: Any, args: Any, kwargs: Any) -> None:
+        try:
+            recording, detail = self.training()
+            if not recording:
+                return
+            x = first_float((args, kwargs))
+            if x is None:
+                t = first_tensor((args, kwargs))
+                self.input_kind = {"floating": False, "dtype": None if t is None else str(t.dtype),
+                                   "shape": None if t is None else list(t.shape)}
+                return
+            self.input_kind = {"floating": True, "dtype": str(x.dtype), "shape": list(x.shape)}
+            self.input.add(_row(x))
+            if detail and self.input_ratio is None:
+                self.input_ratio = feature_scale_ratio(x)
+        except Exception as exc:  # noqa: BLE001 — the probe must never raise into the training loop
+            self.errors.add("input_hook", exc)
+
+    def _on_output(self, module: Any, args: Any, output: Any) -> None:
+        try:
+            if not self.training()[1]:
+                return
+            y = first_float(output)
+            if y is None:
+                return
+            self.output.add(_row(y))
+            if self.simplex_tol is not None and y.numel():
+                hit, rows = simplex_rows(y, self.simplex_tol)
+                self.simplex[0] += hit
+                self.simplex[1] += rows
+        except Exception as exc:  # noqa: BLE001
+            self.errors.add("output_hook", exc)
+
+    def _on_layer(self, sig: LayerSignal, module: Any, args: Any, output: Any) -> None:
+        try:
+            if not self.training()[1]:
+                return
+            torch = self._torch
+            y = first_float(output)
+            if y is not None:
+                sig.out.add(_row(y))
+            x = first_float(args)
+            if x is None or x.dim() == 0:
+                return
+            band = self.band if self.band is not None else 0.0
+            row = _row(x, band, 1.0 - band)
+            sig.inp.add(row)
+            sig.low += row[_COL["tiny"]]
+            sig.near += row[_COL["large"]]
+            with torch.no_grad():
+                fdim = sig.feature_dim(x)
+                dims = tuple(d for d in range(x.dim()) if d != fdim)
+                alive = (x.detach() != 0).any(dim=dims) if dims else x.detach() != 0
+            if sig.alive is None or sig.alive.shape != alive.shape:
+                sig.alive = alive
+            else:
+                sig.alive = sig.alive | alive
+        except Exception as exc:  # noqa: BLE001
+            self.errors.add("layer_hook", exc)
+
+    # -- rows ----------------------------------------------------------------------------------------
+    def take(self, rows: StepRows) -> None:
+        """Add what the step's forwards showed to ``rows`` and reset for the next step."""
+        inp = self.input
+        if inp.n > 0:
+            rows.add("convergence", "input_mean", ("",), inp.mean)
+            rows.add("convergence", "input_std", ("",), inp.std)
+            rows.add("convergence", "input_absmax", ("",), inp.absmax)
+        if self.input_ratio is not None:
+            rows.add("convergence", "input_feature_scale_ratio", ("",), self.input_ratio)
+        out = self.output
+        if out.n > 0:
+            rows.add("convergence", "output_std", ("",), out.std)
+            rows.add("convergence", "output_min", ("",), out.lo)
+            rows.add("convergence", "output_max", ("",), out.hi)
+            rows.add("convergence", "output_zero_frac", ("",), out.zeros / out.n)
+        if self.simplex[1]:
+            rows.add("convergence", "output_simplex_frac", ("",), self.simplex[0] / self.simplex[1])
+        self.input, self.input_ratio, self.output, self.simplex = Moments(), None, Moments(), [0, 0]
+        self._take_layers(rows)
+
+    def _take_layers(self, rows: StepRows) -> None:
+        got: dict[str, tuple[list[str], list[float]]] = {m: ([], []) for m in
+                                                         ("act_out_std", "act_in_dead_frac", "act_in_sat_frac")}
+
+        def put(metric: str, name: str, value: float | None) -> None:
+            if value is not None:
+                got[metric][0].append(name)
+                got[metric][1].append(value)
+
+        for name, sig in self.layers.items():
+            if sig.out.n:
+                put("act_out_std", name, sig.out.std)
+            if sig.alive is not None and sig.alive.numel():
+                put("act_in_dead_frac", name, 1.0 - float(sig.alive.double().mean()))
+            put("act_in_sat_frac", name, self._saturation(sig))
+            sig.reset()
+        for metric, (names, values) in got.items():
+            if names:
+                rows.add("gradient", metric, names, values)
+
+    def _saturation(self, sig: LayerSignal) -> float | None:
+        inp = sig.inp
+        if self.band is None or self.max_zero is None or inp.n == 0:
+            return None
+        if inp.lo < -1.0 or inp.hi > 1.0 or inp.zeros / inp.n >= self.max_zero:
+            return None
+        near = sig.near if inp.lo < 0 else sig.near + sig.low
+        return near / inp.n
+
+    def report(self) -> dict[str, Any]:
+        return {"input": dict(self.input_kind), "forward_order": list(self.order),
+                "weight_layers": len(self.layers)}

@@ -1,0 +1,80 @@
+"""The model's weight layers and their scale at attach (``init_weight_std``, ``init_gain``), and the class of
+every parameter-owning module (run.json ``probe.layer_kinds``).
+
+A weight layer is a module holding a parameter of two or more dimensions named ``weight`` (or ``weight_*`` /
+``*_weight``: recurrent modules' ``weight_ih_l0`` / ``weight_hh_l0``, attention's ``in_proj_weight``), that is
+not an embedding (a lookup table, not a map of its input) nor a normalisation layer. Its entity is its module
+path, the probe's layer entity of those parameters. The root module is not a weight layer: its parameters'
+entities are their own names.
+
+``init_gain`` = std(W) * sqrt(fan_in) with fan_in from ``torch.nn.init._calculate_fan_in_and_fan_out``: about
+0.58 for PyTorch's default Linear/Conv init (kaiming_uniform with a = sqrt(5)), 1 for LeCun or square Xavier,
+1.41 for He; a 0.02x or 12x init is far from all of them whatever the width. A module with several weight
+matrices (an LSTM's input and hidden weights of every layer) reports the median over its matrices, each
+against its own fan-in.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_NOT_WEIGHT_LAYERS = ("Embedding", "EmbeddingBag")
+
+
+def _is_weight_name(name: str) -> bool:
+    return name == "weight" or name.startswith("weight_") or name.endswith("_weight")
+
+
+def weight_matrices(module: Any) -> list[Any]:
+    """The module's own (not its children's) weight parameters of two or more dimensions."""
+    return [p for n, p in module.named_parameters(recurse=False) if _is_weight_name(n) and p.dim() >= 2]
+
+
+def is_weight_layer(module: Any) -> bool:
+    kind = type(module).__name__
+    return kind not in _NOT_WEIGHT_LAYERS and "Norm" not in kind and bool(weight_matrices(module))
+
+
+def weight_layers(model: Any) -> list[tuple[str, Any]]:
+    """(module path, module) of every weight layer, in registration order."""
+    return [(name, m) for name, m in model.named_modules() if name and is_weight_layer(m)]
+
+
+def layer_kinds(model: Any, layer_names: Any) -> dict[str, str]:
+    """Layer entity → class name of the module that owns its parameters (the root's class for root parameters)."""
+    modules = dict(model.named_modules())
+    return {str(n): type(modules.get(str(n), model)).__name__ for n in layer_names}
+
+
+def init_scale(module: Any) -> tuple[float, float] | None:
+    """(median std, median std * sqrt(fan_in)) over the module's weight matrices; None when none is readable."""
+    import torch
+
+    stds, gains = [], []
+    with torch.no_grad():
+        for w in weight_matrices(module):
+            if w.is_meta or not w.is_floating_point() or w.numel() < 2:
+                continue
+            x = w.detach().double()
+            std = float(x.std(correction=0))
+            fan_in, _ = torch.nn.init._calculate_fan_in_and_fan_out(w)
+            stds.append(std)
+            gains.append(std * math.sqrt(fan_in))
+    if not stds:
+        return None
+    return float(np.median(stds)), float(np.median(gains))
+
+
+def init_rows(layers: list[tuple[str, Any]]) -> tuple[list[str], list[float], list[float]]:
+    """Entities, ``init_weight_std`` and ``init_gain`` of the weight layers that have readable weights."""
+    names, stds, gains = [], [], []
+    for name, module in layers:
+        scale = init_scale(module)
+        if scale is not None:
+            names.append(name)
+            stds.append(scale[0])
+            gains.append(scale[1])
+    return names, stds, gains

@@ -145,7 +145,12 @@ def mlp_training(batch: int) -> tuple[Any, Any, Callable[[], Any]]:
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     x = torch.randn(batch, 1024)
     y = torch.randint(0, 10, (batch,))
-    return model, opt, lambda: torch.nn.functional.cross_entropy(model(x), y)
+
+    def loss_of() -> Any:
+        return torch.nn.functional.cross_entropy(model(x), y)
+
+    loss_of.inputs = x  # type: ignore[attr-defined]
+    return model, opt, loss_of
 
 
 def pieces_bench(steps: int, batch: int) -> None:
@@ -179,6 +184,73 @@ def pieces_bench(steps: int, batch: int) -> None:
     n_bytes = sum(p.numel() * p.element_size() for p in params)
     print(f"== the probe's native pieces inside the training loop ({n_bytes / 1e6:.0f} MB of float32 parameters, "
           f"one thread), median of {steps} ==")
+    for name, ts in times.items():
+        print(f"{name:<38} {statistics.median(ts) * 1e3:7.2f} ms")
+    evidence_pieces(model, opt, loss_of, steps)
+
+
+def evidence_pieces(model: Any, opt: Any, loss_of: Callable[[], Any], steps: int) -> None:
+    """The direct-evidence pieces (docs/probe.md) timed inside the same loop: the every-step ones (input moments,
+    the gradient-cosine sample with its comparison, the stale-gradient bookkeeping) and the detail-step ones (the
+    weight layers' forward signal and the model output), each called as the probe's hooks call it."""
+    from debugtune.engine.capture.grad_cosine import GradCosine
+    from debugtune.engine.capture.hooks_forward import ForwardEvidence
+    from debugtune.engine.capture.hooks_stale import StaleTracker
+    from debugtune.engine.capture.probe import knowledge_thresholds
+    from debugtune.engine.capture.probe_errors import ProbeErrors
+    from debugtune.engine.capture.probe_layers import weight_layers
+    from debugtune.engine.capture.probe_layout import ParamLayout
+    from debugtune.engine.capture.probe_measure import StepRows
+
+    layout = ParamLayout(model, opt)
+    layers = weight_layers(model)
+    errors = ProbeErrors()
+    detail = [False]
+    forward = ForwardEvidence(model, layers, [], knowledge_thresholds(), errors, {}, lambda: (0, True, detail[0]))
+    cosine, stale = GradCosine(layout), StaleTracker(layout.params, layout.trainable, errors)
+    seen: list[tuple[Any, Any, Any]] = []
+    handles = [m.register_forward_hook(lambda m, a, o: seen.append((m, a, o))) for _, m in layers]
+    x = loss_of.inputs  # type: ignore[attr-defined]
+    signals = {id(m): forward.layers[name] for name, m in layers}
+
+    def on_detail_step(fn: Callable[[], object]) -> Callable[[], object]:
+        def call() -> object:
+            detail[0] = True
+            try:
+                return fn()
+            finally:
+                detail[0] = False
+        return call
+
+    def layer_signal() -> None:
+        for m, a, o in seen:
+            forward._on_layer(signals[id(m)], m, a, o)
+        forward._on_output(model, (x,), seen[-1][2])
+        forward.take(StepRows())
+
+    pieces: list[tuple[str, Callable[[], object]]] = [
+        ("input moments (every step)", lambda: forward._on_input(model, (x,), {})),
+        ("input moments + feature scale (detail)", on_detail_step(lambda: forward._on_input(model, (x,), {}))),
+        ("gradient cosine sample (every step)",
+         lambda: cosine.measure({i: layout.params[i].grad for i in layout.trainable})),
+        ("stale-gradient bookkeeping (every step)", lambda: (stale.stale(), stale.snapshot())),
+        ("weight-layer signal + output (detail)", on_detail_step(layer_signal)),
+    ]
+    times: dict[str, list[float]] = {name: [] for name, _ in pieces}
+    try:
+        for i in range(len(pieces) * steps):
+            name, call = pieces[i % len(pieces)]
+            seen.clear()
+            loss = loss_of()
+            opt.zero_grad()
+            loss.backward()
+            times[name].append(best_of(call, 1))  # with autograd on, as in training (the hooks skip no_grad)
+            opt.step()
+    finally:
+        for h in handles:
+            h.remove()
+    assert errors.total == 0, errors.report()
+    print(f"== direct-evidence pieces inside the training loop ({len(layers)} weight layers), median of {steps} ==")
     for name, ts in times.items():
         print(f"{name:<38} {statistics.median(ts) * 1e3:7.2f} ms")
 

@@ -24,12 +24,12 @@ from functools import cache
 from pathlib import Path
 
 from debugtune.engine.telemetry.schema import dimension_of
+from debugtune.kg.namespaces import DCT as _DCT
+from debugtune.kg.namespaces import DT as _DT
+from debugtune.kg.namespaces import OWL as _OWL
+from debugtune.kg.namespaces import SKOS as _SKOS
 
 _METRICS_TTL = "metrics.ttl"
-_SKOS = "http://www.w3.org/2004/02/skos/core#"
-_DT = "https://w3id.org/debugtune#"
-_OWL = "http://www.w3.org/2002/07/owl#"
-_DCT = "http://purl.org/dc/terms/"
 _SEPARATORS = re.compile(r"[/\-\s_]+")
 
 

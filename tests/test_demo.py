@@ -26,7 +26,9 @@ def test_demo_end_to_end(tmp_path):
     report = json.loads((tmp_path / "runs" / "seed-scenario" / "diagnosis.json").read_text())
     top = report["hypotheses"][0]
     assert top["cause"] == "GateInitBias" and top["confidence"] >= report["report_threshold"]
-    assert top["chain"][:3] == ["GateInitBias", "RouterGradVanishing", "ExpertImbalance"]
+    assert "RouterBiasedAtInit" in top["chain"]  # the probe's direct evidence of the biased gate (docs/probe.md)
+    assert [c for c in top["chain"] if c != "RouterBiasedAtInit"][:3] == ["GateInitBias", "RouterGradVanishing",
+                                                                          "ExpertImbalance"]
     found = {f["symptom"]: f for f in report["findings"]}
     assert found["RouterGradVanishing"]["evidence"]["router_grad_norm"] < 1e-4
     assert found["RouterGradVanishing"]["onset_step"] < found["RouterGradVanishing"]["end_step"] < 200

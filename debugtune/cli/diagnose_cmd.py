@@ -22,7 +22,8 @@ RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profile
 
 def _evidence_text(f: Finding, limit: int = 3) -> str:
     items = list(f.evidence.items())[:limit]
-    return "; ".join(f"{k} {v:.3g}" for k, v in items)
+    return "; ".join(f"{k} {v:.3g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k} {v}"
+                     for k, v in items)
 
 
 def findings_table(findings: list[Finding]) -> Table:

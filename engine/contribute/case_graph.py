@@ -75,16 +75,18 @@ def _add_findings(g: _Graph, facts: RunFacts, run: str, scrub: Scrubber) -> dict
     return nodes
 
 
-def _add_values(g: _Graph, node: ox.NamedNode, prop: str, cls: str, values: dict[str, float], scrub: Scrubber,
-                where: str) -> None:
-    """Named numbers (evidence, objectives) as nodes ``<node>/<kind>/<j>`` with a metric name and a value."""
+def _add_values(g: _Graph, node: ox.NamedNode, prop: str, cls: str, values: dict[str, float | str | bool],
+                scrub: Scrubber, where: str) -> None:
+    """Named values (evidence, objectives) as nodes ``<node>/<kind>/<j>`` with a metric name and a value: a
+    number, or a categorical string (scrubbed like any text) or flag, as ``kg.assertions`` writes them."""
     kind = "evidence" if cls.endswith("Evidence") else "objective"
     for j, (name, value) in enumerate(sorted(values.items())):
         item = _n(f"{node.value}/{kind}/{j}")
         g.add(node, prop, item)
         g.add(item, RDF + "type", _n(cls))
         g.add(item, DT + "metricName", scrub.text(name, where))
-        g.add(item, DT + "value", float(value))
+        g.add(item, DT + "value", scrub.text(value, where) if isinstance(value, str)
+              else value if isinstance(value, bool) else float(value))
 
 
 def _add_hypothesis(g: _Graph, choice: Choice, run: str, findings: dict[str, ox.NamedNode],

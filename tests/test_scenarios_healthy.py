@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from debugtune.engine.telemetry import read_telemetry
+from debugtune.engine.telemetry.aliases import canonical
 from debugtune.scenarios.healthy import HEALTHY
 from debugtune.scenarios.healthy.base import Check, verdict
 
@@ -23,8 +24,9 @@ def test_program_learns_with_the_probe_attached(tmp_path, name):
     assert len(loss) == prog.min_steps and np.isfinite(loss).all()
     tel = read_telemetry(tmp_path)
     metrics = set(tel.metrics())
-    assert {prog.loss_metric, "grad_norm", "update_ratio"} <= metrics, sorted(metrics)
-    _, logged = tel.series(prog.loss_metric)
+    loss_metric = canonical(prog.loss_metric)  # a known spelling (train_loss) is read as its metric (loss)
+    assert {loss_metric, "grad_norm", "update_ratio"} <= metrics, sorted(metrics)
+    _, logged = tel.series(loss_metric)
     # every logged value is one of the program's losses; a validation forward after optimizer.step() opens the
     # probe's next step early, so that iteration's value shares a step with the next one and may be overwritten
     assert np.isin(logged.astype(np.float32), loss.astype(np.float32)).all(), f"{name}: not the program's loss"

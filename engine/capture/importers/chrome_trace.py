@@ -11,6 +11,8 @@ Per rank (one trace file per rank; a directory of traces is one multi-rank run) 
   algorithm and bus bandwidth with the nccl-tests factors;
 - from the training thread: ``dataloader_wait_ms`` (PyTorch's ``enumerate(DataLoader)`` annotation).
 
+A trace with device events but no ``ProfilerStep`` (a benchmark rather than a training loop) is one step, 0.
+
 CPU-only traces (gloo) have no device: their collectives come from the ``gloo:<op>`` annotations with the bytes
 from their input shapes, and the training thread's operator timeline gives ``compute_ms`` (top-level
 operators), ``comm_not_overlapped_ms`` (blocked in collective calls), ``host_gap_ms`` (Python time between
@@ -239,10 +241,13 @@ def analyze_trace(path: Path) -> TraceSummary:
     for s in col.steps:
         by_number.setdefault(s[0], s)
     steps4 = sorted(by_number.values(), key=lambda s: s[1])
+    k_ts, k_dur = _arr(col.k_ts, np.float64), _arr(col.k_dur, np.float64)
+    if not steps4 and len(k_ts):  # no ProfilerStep (a benchmark, not a training loop): the trace is one step, 0
+        first = min(float(k_ts.min()), float(_arr(col.rt_ts, np.float64).min()) if len(col.rt_ts) else np.inf)
+        steps4 = [(0, first, float((k_ts + k_dur).max()) - first + 1e-3, -1)]
     steps = [(n, ts, dur) for n, ts, dur, _ in steps4]
     index = _StepIndex(steps)
 
-    k_ts, k_dur = _arr(col.k_ts, np.float64), _arr(col.k_dur, np.float64)
     k_type = _arr(col.k_type, np.int8)
     launch = np.full(len(k_ts), np.nan)
     if len(col.rt_corr) and len(k_ts):

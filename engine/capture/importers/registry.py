@@ -39,6 +39,8 @@ IMPORTERS: tuple[Importer, ...] = (
              "files", "ascend"),
     Importer("pytorch-trace", "PyTorch profiler (Kineto) Chrome trace .json/.json.gz, one file per rank",
              "chrome_trace"),
+    Importer("op-table", "per-operation timing table, Parquet or CSV (rank, step, optype, start_ts, duration; "
+             "ByteDance straggler traces)", "op_table"),
     Importer("tensorboard", "TensorBoard event files (events.out.tfevents.*)", "tensorboard"),
     Importer("msprobe", "msprobe monitor CSV (vpp_stage,name,step,...)", "msprobe"),
     Importer("megatron-log", "Megatron-LM text log (' iteration N/ M | ... lm loss: ...')", "megatron_log"),

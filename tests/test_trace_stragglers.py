@@ -99,12 +99,17 @@ def test_stages_from_process_groups_and_point_to_point_peers():
 
 def test_shifting_slowest_rank_is_compute_imbalance_not_a_slow_rank(tmp_path, th, model):
     rng = np.random.default_rng(3)
-    compute = 100 * np.exp(0.35 * rng.standard_normal((8, 24)))  # CV ≈ 0.36, a different rank slowest each step
+    compute = 100 * np.exp(0.35 * rng.standard_normal((8, 36)))  # CV ≈ 0.36, a different rank slowest each step
     d = run_and_diagnose(tmp_path, th, _ranks(compute))
     imb = finding(d, "ComputeImbalance")
     assert imb.evidence["compute_cv"] > 0.2 and imb.evidence["slowest_rank_share"] < 0.6
     assert "SlowCompute" not in symptoms(d)
     assert _top(model, th, d).scores[0].cause == "SequenceLengthImbalance"
+    compute[4:] *= 1.4  # and a long last stage, as in ByteDance's SE trace: the imbalance still explains both
+    d = run_and_diagnose(tmp_path / "se", th, _ranks(compute), meta={"parallel": {"tp": 1, "pp": 2, "dp": 4}})
+    assert {"ComputeImbalance", "SlowPipelineStage"} <= symptoms(d)
+    r = _top(model, th, d)
+    assert r.hypotheses and r.hypotheses[0].cause == "SequenceLengthImbalance"
 
 
 def test_one_step_of_two_ranks_is_at_most_suspected_and_weighs_less(tmp_path, th):

@@ -22,8 +22,7 @@ RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profile
 
 
 def _evidence_text(f: Finding, limit: int = 3) -> str:
-    items = list(f.evidence.items())[:limit]
-    return "; ".join(f"{k} {v:.3g}" for k, v in items)
+    return f.evidence_text(" ", 3, limit)
 
 
 def findings_table(findings: list[Finding]) -> Table:

@@ -46,10 +46,9 @@ def scaled(ctx: Context, severity: float, mask: np.ndarray | None = None, *, hit
         hits, trials = int(m.sum()), int(m.size)
     hits, trials = int(hits or 0), int(trials or 0)
     w = weight(ctx, hits, trials)
-    ev: dict[str, Any] = {"steps_judged": float(trials), "steps_shown": float(hits), "evidence_weight": w,
-                          "confidence": level(ctx, w)}
+    ev: dict[str, Any] = dict(extra or {})  # what the detector measured first, then what it rests on
+    ev.update({"steps_judged": float(trials), "steps_shown": float(hits), "evidence_weight": w,
+               "confidence": level(ctx, w)})
     if instances is not None:
         ev["instances_judged"] = float(instances)
-    if extra:
-        ev.update(extra)
     return float(severity) * w, ev

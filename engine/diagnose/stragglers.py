@@ -257,8 +257,8 @@ def slow_stage(ctx: Context, data: object, out: Emit) -> None:
 def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     g = complete(view.by_rank("compute_ms"))
-    if len(g.labels) < 3:
-        raise NotJudged("fewer than three ranks with compute_ms on the same steps")
+    if len(g.labels) < 2:
+        raise NotJudged("fewer than two ranks with compute_ms on the same steps")
     if g.steps.size < th.int("communication.compute_imbalance.min_steps"):
         raise NotJudged(f"{g.steps.size} steps of compute_ms on every rank, at least "
                         f"{th.int('communication.compute_imbalance.min_steps')} are needed")
@@ -266,7 +266,7 @@ def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
     labels = np.array(g.labels)
     cvs, tops = [], []
     for members in lay.split(int(r) for r in g.labels):
-        if len(members) < 3:
+        if len(members) < 2:
             continue
         v = g.values[np.isin(labels, members)]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -274,7 +274,7 @@ def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
         slowest = np.argmax(v, axis=0)
         tops.append(np.bincount(slowest, minlength=len(members)).max() / slowest.size)
     if not cvs:
-        raise NotJudged("no group of three or more ranks")
+        raise NotJudged("no group of two or more ranks")
     k = int(np.argmax([np.median(c) for c in cvs]))
     cv, top_share = cvs[k], float(tops[k])
     limit = th["communication.compute_imbalance.cv"]

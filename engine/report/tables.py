@@ -88,7 +88,7 @@ def hypotheses_table(d: ReportData) -> str:
 def findings_table(d: ReportData) -> str:
     rows = [(f"<code>{h(f.id)}</code>", named(d, f.symptom), h(f.dimension), f"<code>{h(f.entity or '(run)')}</code>",
              f"{f.onset_step}–{f.end_step}", h("" if f.detection_step is None else f.detection_step),
-             f"{f.severity:.2f}", h(", ".join(f"{k}={v:.4g}" for k, v in f.evidence.items())), h(f.detector))
+             f"{f.severity:.2f}", h(f.evidence_text()), h(f.detector))
             for f in d.findings]
     return table(("id", "symptom", "dimension", "where", "steps", "detected at", "severity", "evidence", "detector"),
                  rows, "findings")

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'diagnose (end to end)':<24} {total:8.2f} s   goal ≤ 60 s → {'met' if total <= 60 else 'MISSED'}")
     print(f"  peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
     for f in report.findings:
-        ev = ", ".join(f"{k}={v:.3g}" for k, v in list(f.evidence.items())[:4])
+        ev = f.evidence_text(digits=3, limit=4)
         print(f"  finding {f.symptom:<22} {f.entity or '(run)':<14} steps {f.onset_step}-{f.end_step}  {ev}")
     slow = next((f for f in report.findings if f.symptom == "SlowRank"), None)
     osc = next((f for f in report.findings if f.symptom == "LossOscillation"), None)

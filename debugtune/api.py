@@ -49,6 +49,16 @@ def _import_raw(path: Path) -> tuple[Path, str]:
     return target, fmt
 
 
+def _hardware(run_dir: Path, device: str | None, interconnect: str | None) -> dict[str, Any] | None:
+    """run.json's device and link facts with the user's overrides, or None without overrides."""
+    if not (device or interconnect):
+        return None
+    from debugtune.engine.capture.importers.registry import hardware_overrides
+    from debugtune.engine.telemetry import read_run_json
+
+    return hardware_overrides(read_run_json(run_dir), device=device, interconnect=interconnect)
+
+
 def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Path, str | None]:
     """The run directory to diagnose and, for a raw folder, the format it was imported from.
 
@@ -80,13 +90,15 @@ def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Pa
 
 def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = None,
              dimensions: Iterable[str] | None = None, save: bool = True,
-             progress: Callable[[str], None] | None = None) -> DiagnosisReport:
+             progress: Callable[[str], None] | None = None, device: str | None = None,
+             interconnect: str | None = None) -> DiagnosisReport:
     """Diagnose a run: detectors over its telemetry, then root-cause inference over the knowledge graph.
 
     ``store=None`` uses an in-memory store with the knowledge base loaded; otherwise the knowledge base
     is loaded into ``store`` if it changed. The findings and hypotheses are asserted into the run's
     named graph and the report is saved to ``<run_dir>/diagnosis.json`` (unless ``save=False``).
-    ``progress`` is called with the name of each stage as it starts.
+    ``progress`` is called with the name of each stage as it starts. ``device`` / ``interconnect`` override
+    the accelerator and the link run.json names (resolved against the knowledge base, docs/import.md).
     """
     say = progress or (lambda _stage: None)
     own = store is None
@@ -98,7 +110,7 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
         run_dir, fmt = resolve_run(run_dir_or_id, st)
         th = Thresholds.from_store(st)
         say("running detectors")
-        result = diagnose_run(run_dir, th, dimensions)
+        result = diagnose_run(run_dir, th, dimensions, meta=_hardware(run_dir, device, interconnect))
         say("inferring the root cause")
         report = infer(st, result, th, run_dir=str(Path(run_dir).resolve()))
         if fmt:

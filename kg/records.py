@@ -59,6 +59,12 @@ class Finding:
     def location_kind(self) -> str:
         return location_kind(self.entity)
 
+    def evidence_text(self, sep: str = "=", digits: int = 4, limit: int | None = None) -> str:
+        """``key=value, …`` with numbers to ``digits`` significant digits and categorical values as they are."""
+        items = list(self.evidence.items())[:limit]
+        return ", ".join(f"{k}{sep}{v:.{digits}g}" if isinstance(v, int | float) and not isinstance(v, bool)
+                         else f"{k}{sep}{v}" for k, v in items)
+
     def as_dict(self) -> dict[str, Any]:
         """The finding as in the `--json` report schema (docs/report-schema.md)."""
         return {"id": self.id, "symptom": self.symptom, "dimension": self.dimension, "entity": self.entity,

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from debugtune.cli.apps import debug_app
 from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, fail, session_store
+from debugtune.cli.import_cmd import DeviceOption, InterconnectOption
 from debugtune.engine.infer import REPORT_FILE, DiagnosisReport
 from debugtune.kg.assertions import read_findings, read_hypotheses
 from debugtune.kg.namespaces import check_run_id
@@ -21,9 +22,7 @@ RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profile
 
 
 def _evidence_text(f: Finding, limit: int = 3) -> str:
-    items = list(f.evidence.items())[:limit]
-    return "; ".join(f"{k} {v:.3g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k} {v}"
-                     for k, v in items)
+    return f.evidence_text(" ", 3, limit)
 
 
 def findings_table(findings: list[Finding]) -> Table:
@@ -75,14 +74,17 @@ def _where(report: DiagnosisReport) -> str:
     return f"{saved}; findings and hypotheses stored in {report.stored_in} (graph urn:debugtune:run:{report.run}/)"
 
 
-def _run_diagnosis(run: str, store: str | None, dims: list[str] | None, json_out: bool) -> DiagnosisReport:
+def _run_diagnosis(run: str, store: str | None, dims: list[str] | None, json_out: bool,
+                   hardware: dict[str, str | None] | None = None) -> DiagnosisReport:
     from debugtune.api import diagnose
 
+    hw = hardware or {}
     with session_store(store) as st:
         if json_out:
-            return diagnose(run, store=st, dimensions=dims)
+            return diagnose(run, store=st, dimensions=dims, **hw)
         with console.status("diagnosing …") as status:
-            return diagnose(run, store=st, dimensions=dims, progress=lambda stage: status.update(f"{stage} …"))
+            return diagnose(run, store=st, dimensions=dims, progress=lambda stage: status.update(f"{stage} …"),
+                            **hw)
 
 
 @debug_app.command("diagnose")
@@ -93,12 +95,14 @@ def diagnose_command(
     hardware: Annotated[bool, typer.Option("--hardware", help="Diagnose hardware flow.")] = False,
     convergence: Annotated[bool, typer.Option("--convergence", help="Diagnose convergence flow.")] = False,
     store: StoreOption = None,
+    device: DeviceOption = None,
+    interconnect: InterconnectOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
                               ("convergence", convergence)) if on]
-    report = _run_diagnosis(run, store, picked or None, json_out)
+    report = _run_diagnosis(run, store, picked or None, json_out, {"device": device, "interconnect": interconnect})
     if json_out:
         emit_json(report.as_dict())
         return

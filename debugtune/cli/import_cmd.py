@@ -12,6 +12,12 @@ from debugtune.cli.apps import debug_app
 from debugtune.cli.common import JsonOption, console, emit_json, fail
 from debugtune.engine.capture.importers import IMPORTERS, formats, import_path
 
+DeviceOption = Annotated[str | None, typer.Option(
+    "--device", help="The accelerator (e.g. 'A100 SXM4', 'H200', 'Ascend 910B') when the input does not name it.")]
+InterconnectOption = Annotated[str | None, typer.Option(
+    "--interconnect", help="The link the collectives cross (e.g. nvlink3, pcie4, ib_ndr, roce, hccs); overrides "
+                           "what the input implies.")]
+
 
 @debug_app.command("import")
 def import_cmd(
@@ -21,6 +27,8 @@ def import_cmd(
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory to create (telemetry/ + run.json).")],
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: the run directory's name).")] = None,
     replace: Annotated[bool, typer.Option("--replace", help="Replace an existing run directory.")] = False,
+    device: DeviceOption = None,
+    interconnect: InterconnectOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import profiler output or training logs into a run directory (nothing is written if the input is bad)."""
@@ -33,11 +41,13 @@ def import_cmd(
     else:
         fail("expected [FORMAT] PATH")
     if json_out:
-        result = import_path(path, run_dir, fmt=fmt, run_id=run_id, replace=replace)
+        result = import_path(path, run_dir, fmt=fmt, run_id=run_id, replace=replace, device=device,
+                             interconnect=interconnect)
         emit_json(result.summary())
         return
     with console.status(f"importing {path} ..."):
-        result = import_path(path, run_dir, fmt=fmt, run_id=run_id, replace=replace)
+        result = import_path(path, run_dir, fmt=fmt, run_id=run_id, replace=replace, device=device,
+                             interconnect=interconnect)
     summary = result.summary()
     description = next(i.description for i in IMPORTERS if i.name == result.format)
     table = Table(title=f"imported {result.format}: {description}", show_header=False)

@@ -13,6 +13,8 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
+from debugtune.engine.diagnose import stragglers as strag
+from debugtune.engine.diagnose import timeline as tl
 from debugtune.engine.diagnose import wiring
 from debugtune.engine.diagnose.registry import Detector
 
@@ -21,9 +23,10 @@ _GP = ("gradient.persist_steps", "gradient.persist_frac", "gradient.judge_after_
 _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.warmup.start_frac",
        "convergence.lr_drop.*", "convergence.persist_steps", *_MIN)
 _MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
-_COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN)
-_HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN)
-_HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples")  # sampled counters
+_EV = ("diagnose.evidence.*",)
+_COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN, *_EV)
+_HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN, *_EV)
+_HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples", *_EV)  # sampled counters
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
 _GN = (("grad_norm",),)
 
@@ -103,7 +106,14 @@ DETECTORS: tuple[Detector, ...] = (
     # -- communication -------------------------------------------------------------------------------
     Detector("communication.slow_rank", "SlowRank", M,
              (("collective_ms", "comm_ms", "compute_ms", "step_time_ms", "free_ms"),),
-             (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*"), comm.slow_rank),
+             (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*"), strag.slow_rank),
+    Detector("communication.slow_compute", "SlowCompute", M, (("compute_ms",),),
+             (*_COMM, "communication.slow_rank.compute_ratio", "communication.onset_z"), strag.slow_compute,
+             signature_of=("StragglerRank",)),
+    Detector("communication.slow_stage", "SlowPipelineStage", M, (("compute_ms",),),
+             (*_COMM, "communication.stage.*"), strag.slow_stage),
+    Detector("communication.compute_imbalance", "ComputeImbalance", M, (("compute_ms",),),
+             (*_COMM, "communication.compute_imbalance.*"), strag.compute_imbalance),
     Detector("communication.slow_link", "SlowLink", M, (("link_bw_gbps",),),
              (*_COMM, "communication.slow_link.*"), comm.slow_link),
     Detector("communication.bandwidth", "LowBandwidthUtilization", M, (("busbw_gbps", "collective_bytes"),),
@@ -126,4 +136,9 @@ DETECTORS: tuple[Detector, ...] = (
              (*_HWS, "hardware.power.*", "hardware.throttle.frac"), hw.power),
     Detector("hardware.dataloader", "DataLoaderWait", H, (("dataloader_wait_ms",),),
              (*_HW, "hardware.dataloader.*"), hw.dataloader),
+    Detector("hardware.device_idle", "DeviceIdle", H, (("free_ms",), ("step_time_ms",)),
+             (*_HW, "hardware.idle.*"), tl.device_idle),
+    Detector("hardware.host_bound", "HostBound", H,
+             (("free_ms", "host_gap_ms"), ("step_time_ms",), ("idle_host_wait_ms", "op_dur_median_us")),
+             (*_HW, "hardware.idle.*", "hardware.host_bound.*"), tl.host_bound),
 )

@@ -1,6 +1,8 @@
 """Hardware-flow detectors: low accelerator utilisation, memory pressure, thermal or power throttling, running at
-the power cap, and data-loader wait. Sampled counters are judged per sample (devices × samples, see
-:func:`sampled`); the data-loader wait per step (ranks × steps). Thresholds: ``cases/thresholds/hardware.ttl``.
+the power cap, and data-loader wait (device idle and host-bound steps: ``timeline``). Sampled counters are judged
+per sample (devices × samples, see :func:`sampled`); the data-loader wait per step (ranks × steps). Every finding
+reports the steps (or samples) it was judged from and its evidence weight (``evidence``).
+Thresholds: ``cases/thresholds/hardware.ttl``.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from debugtune.engine.diagnose import evidence
 from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
@@ -23,8 +26,8 @@ def _hardware_steps(ctx: Context, metric: str) -> None:
 
 
 def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool,
-                    window: int | None = None) -> tuple[int, int, float, int] | None:
-    """(row, onset index, median after onset, detection index) of the worst row that stays beyond ``limit``
+                    window: int | None = None) -> tuple[int, int, float, int, np.ndarray] | None:
+    """(row, onset index, median after onset, detection index, mask) of the worst row that stays beyond ``limit``
     for ``window`` columns (default: the step persistence window)."""
     th = ctx.th
     window = window or ctx.persist("hardware.persist_steps", grid.steps)
@@ -37,7 +40,7 @@ def _persistent_low(ctx: Context, grid: Grid, limit: float, below: bool,
             continue
         level = float(np.median(v[start:]))
         if best is None or (level < best[2] if below else level > best[2]):
-            best = (i, start, level, start + window - 1)
+            best = (i, start, level, start + window - 1, mask)
     return best
 
 
@@ -49,11 +52,12 @@ def utilisation(ctx: Context, data: object, out: Emit) -> None:
     hit = _persistent_low(ctx, grid, limit, below=True, window=s.window)
     if hit is None:
         return
-    i, start, level, detected = hit
+    i, start, level, detected, mask = hit
+    sev, ev = evidence.scaled(ctx, severity(limit / max(level, 1e-3), 1.0, limit), mask,
+                              extra={"util_pct": level, "threshold_pct": limit})
     out.add(make_finding(
         "LowAcceleratorUtilization", DIM, str(grid.labels[i]) or "device", grid.steps, start, grid.steps.size - 1,
-        severity(limit / max(level, 1e-3), 1.0, limit), {"util_pct": level, "threshold_pct": limit},
-        "hardware.util", detected), (grid.steps, ffill(grid.values[i])))
+        sev, ev, "hardware.util", detected), (grid.steps, ffill(grid.values[i])))
 
 
 def memory(ctx: Context, data: object, out: Emit) -> None:
@@ -72,11 +76,12 @@ def memory(ctx: Context, data: object, out: Emit) -> None:
     hit = _persistent_low(ctx, frac, limit, below=False, window=s.window)
     if hit is None:
         return
-    i, start, level, detected = hit
+    i, start, level, detected, mask = hit
+    sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), mask, extra={"used_fraction": level,
+                                                                             "threshold": limit})
     out.add(make_finding(
         "MemoryPressure", DIM, str(s.labels[i]) or "device", s.steps, start, s.steps.size - 1,
-        severity(level, limit, 1.0), {"used_fraction": level, "threshold": limit, "from": source},
-        "hardware.memory", detected), (s.steps, ffill(frac.values[i])))
+        sev, {**ev, "from": source}, "hardware.memory", detected), (s.steps, ffill(frac.values[i])))
 
 
 def throttling(ctx: Context, data: object, out: Emit) -> None:
@@ -110,15 +115,18 @@ def throttling(ctx: Context, data: object, out: Emit) -> None:
         ev["temp_c_max"] = float(np.nanmax(view.by_entity("temp_c").values))
     if view.has("power_w"):
         ev["power_w_max"] = float(np.nanmax(view.by_entity("power_w").values))
+    sev, ev = evidence.scaled(
+        ctx, severity(level, th["hardware.throttle.frac"] if rule == "flag" else th["hardware.clock.deficit"], 1.0),
+        np.asarray(mask, dtype=bool), extra=ev)
     out.add(make_finding(
-        "ThermalThrottling", DIM, entity or "device", g.steps, start, g.steps.size - 1,
-        severity(level, th["hardware.throttle.frac"] if rule == "flag" else th["hardware.clock.deficit"], 1.0),
-        ev, f"hardware.throttle.{rule}", start), (g.steps, mask.astype(float)))
+        "ThermalThrottling", DIM, entity or "device", g.steps, start, g.steps.size - 1, sev, ev,
+        f"hardware.throttle.{rule}", start), (g.steps, mask.astype(float)))
 
 
 def dataloader(ctx: Context, data: object, out: Emit) -> None:
+    """A short window (a profiler trace of a few steps) is judged too; its evidence weight says how little it
+    rests on."""
     th, view = ctx.th, ctx.view
-    _hardware_steps(ctx, "dataloader_wait_ms")
     wait = view.by_rank("dataloader_wait_ms")
     step = view.by_rank("step_time_ms") if view.has("step_time_ms") else None
     share = None
@@ -127,7 +135,7 @@ def dataloader(ctx: Context, data: object, out: Emit) -> None:
             share = wait.values / step.like(wait)
     abs_limit, share_limit = th["hardware.dataloader.wait_ms"], th["hardware.dataloader.share"]
     floor = th["hardware.dataloader.min_wait_ms"]
-    window = ctx.persist("hardware.persist_steps", wait.steps)
+    window = min(ctx.persist("hardware.persist_steps", wait.steps), wait.steps.size)
     per_rank = np.nanmean(wait.values, axis=1)
     i = int(np.nanargmax(per_rank))
     w = smooth(ffill(wait.values[i]), window)  # the wait per step, averaged over a few steps
@@ -144,9 +152,9 @@ def dataloader(ctx: Context, data: object, out: Emit) -> None:
           float(1 if single else np.sum(per_rank >= abs_limit))}
     if share is not None:
         ev["share_of_step"] = float(np.nanmean(share[i][start:]))
+    sev, ev = evidence.scaled(ctx, severity(float(np.mean(w[start:])), floor, abs_limit * 20), mask, extra=ev)
     out.add(make_finding(
-        "DataLoaderWait", DIM, entity, wait.steps, start, wait.steps.size - 1,
-        severity(float(np.mean(w[start:])), floor, abs_limit * 20), ev,
+        "DataLoaderWait", DIM, entity, wait.steps, start, wait.steps.size - 1, sev, ev,
         "hardware.dataloader", start + window - 1), (wait.steps, w))
 
 
@@ -228,7 +236,7 @@ def power(ctx: Context, data: object, out: Emit) -> None:
         hit = _persistent_low(ctx, Grid("power_cap_frac", s.labels, s.steps, ratio), limit, below=False,
                               window=s.window)
         if hit is not None:
-            i, start, level, detected = hit
+            i, start, level, detected, _ = hit
             best = (s, i, start, detected, {"cap_fraction": level, "threshold": limit},
                     severity(level, limit, 1.0), "level", ffill(ratio[i]))
     if best is None:

@@ -93,8 +93,8 @@ def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str]
 
 
 def diagnose_run(run_dir: str | Path, th: Thresholds, dimensions: Iterable[str] | None = None,
-                 run_id: str | None = None) -> Diagnosis:
-    """Read a run directory's telemetry and diagnose it.
+                 run_id: str | None = None, meta: dict[str, Any] | None = None) -> Diagnosis:
+    """Read a run directory's telemetry and diagnose it (``meta`` overrides run.json facts, e.g. the device).
 
     Raises :class:`DiagnoseError` when the folder cannot be read or when no requested dimension
     could be diagnosed at all (the message says, per dimension, why).
@@ -108,7 +108,8 @@ def diagnose_run(run_dir: str | Path, th: Thresholds, dimensions: Iterable[str] 
         raise DiagnoseError(f"nothing diagnosed: {err}") from None
     timing["read"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    view = TelemetryView.from_table(tel.table, tel.meta, run=run_id or tel.run_id or Path(run_dir).name)
+    view = TelemetryView.from_table(tel.table, {**tel.meta, **(meta or {})},
+                                    run=run_id or tel.run_id or Path(run_dir).name)
     rows = tel.table.num_rows
     del tel  # the decoded columns are all the detectors need
     pa.default_memory_pool().release_unused()

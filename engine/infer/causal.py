@@ -38,18 +38,23 @@ def evidence(findings: Sequence[Finding], judged: Iterable[str], floor: float = 
     """Per symptom: observed ones with their findings, judged-but-absent ones with strength 0.
 
     A finding's severity s in [0.5, 1] (0.5 = at its detector's threshold) becomes the evidence strength
-    ``floor + (1 - floor) * (2s - 1)``: a finding at its threshold still counts as mostly seen."""
+    ``floor + (1 - floor) * (2s - 1)``: a finding at its threshold still counts as mostly seen. A finding that
+    rests on few steps carries an ``evidence_weight`` < 1 (engine.diagnose.evidence), which scales it."""
     by: dict[str, list[Finding]] = {}
     for f in findings:
         by.setdefault(f.symptom, []).append(f)
     out = {}
     for s, fs in by.items():
-        sev = max(f.severity for f in fs)
-        strength = floor + (1.0 - floor) * min(max(2 * sev - 1, 0.0), 1.0)
+        strength = max(_weight(f) * (floor + (1.0 - floor) * min(max(2 * f.severity - 1, 0.0), 1.0)) for f in fs)
         out[s] = SymptomEvidence(s, strength, tuple(sorted(fs, key=lambda f: f.onset_step)))
     for s in judged:
         out.setdefault(s, SymptomEvidence(s, 0.0))
     return out
+
+
+def _weight(f: Finding) -> float:
+    w = f.evidence.get("evidence_weight", 1.0)
+    return min(max(float(w), 0.0), 1.0) if isinstance(w, int | float) and not isinstance(w, bool) else 1.0
 
 
 @dataclass
@@ -138,7 +143,8 @@ def unknown_score(ev: Mapping[str, SymptomEvidence], th: Thresholds) -> float:
 
 
 def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence],
-                edges: Sequence[CorrelationEdge], th: Thresholds, prior: float, steps: int = 0) -> CauseScore:
+                edges: Sequence[CorrelationEdge], th: Thresholds, prior: float, steps: int = 0,
+                from_run_start: bool = True) -> CauseScore:
     w = th["infer.absent_weight"]
     cut = _order_violations(model, ev, th)
     absent = frozenset(sym for sym, x in ev.items() if not x.findings)
@@ -169,7 +175,7 @@ def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence
     s.chain = [cause, *s.explained]
     s.findings = [f.id for sym in s.explained for f in ev[sym].findings]
     _structure(model, s, ev, edges, th)
-    s.timing_violations = _timing(model, s, ev, th, steps)
+    s.timing_violations = _timing(model, s, ev, th, steps, from_run_start)
     timing_penalty = th["infer.precedence_penalty"] if s.cause in model.from_start else th["infer.event_early_penalty"]
     s.log_likelihood += s.precedence_violations * math.log(th["infer.precedence_penalty"])
     s.log_likelihood += s.timing_violations * math.log(timing_penalty)
@@ -216,7 +222,7 @@ def _chain_order(model: CausalModel, symptoms: list[str], ev: Mapping[str, Sympt
 
 
 def _timing(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds,
-            steps: int) -> int:
+            steps: int, from_run_start: bool = True) -> int:
     """Timing violations of the cause as a whole.
 
     A cause present from the start should show each observed direct effect within the link's typical lag
@@ -234,7 +240,9 @@ def _timing(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence]
     if s.cause in model.from_start:
         return impossible + sum(onset > th["infer.precedence_lag_factor"] * (link.lag or 0) + slack
                                 for link, onset in onsets)
-    return impossible + int(all(onset <= slack for _, onset in onsets))
+    # a window that does not begin with the run (a profiler trace) shows no stretch of normal training before an
+    # event that was already there when it began
+    return impossible + int(from_run_start and all(onset <= slack for _, onset in onsets))
 
 
 def _order_violations(model: CausalModel, ev: Mapping[str, SymptomEvidence], th: Thresholds) -> frozenset:

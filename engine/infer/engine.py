@@ -82,13 +82,15 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -
 
 
 def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
-         edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None) -> Ranking:
+         edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
+         from_run_start: bool = True) -> Ranking:
     """Score the candidates against the findings; build the hypotheses the knowledge base lets us report."""
     judged = set(judged)
     ev = evidence(findings, judged, th["infer.evidence_floor"])
     pri = priors(model, th)
     steps = steps if steps is not None else max((f.end_step + 1 for f in findings), default=0)
-    scores = [score_cause(model, c, ev, edges, th, pri.get(c, min(pri.values(), default=1e-6)), steps)
+    scores = [score_cause(model, c, ev, edges, th, pri.get(c, min(pri.values(), default=1e-6)), steps,
+                          from_run_start)
               for c in candidates if c in model.causes and applicable(model, c, judged, th["infer.applicable_share"])]
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
     order = sorted(scores, key=lambda s: -conf[s.cause])
@@ -132,7 +134,8 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     timing["infer.rules"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     model = model or load_model(store)
-    ranking = rank(model, candidates, diagnosis.findings, diagnosis.judged, diagnosis.edges, th, diagnosis.steps)
+    ranking = rank(model, candidates, diagnosis.findings, diagnosis.judged, diagnosis.edges, th, diagnosis.steps,
+                   diagnosis.meta.get("from_run_start") is not False)
     timing["infer.score"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)

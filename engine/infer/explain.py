@@ -133,6 +133,21 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                            f"{_g(f.evidence, 'spread'):.0%} across {int(_g(f.evidence, 'ranks'))} ranks, "
                            f"+{_g(f.evidence, 'excess_ms'):.1f} ms per step, outlier in "
                            f"{_g(f.evidence, 'vote_fraction'):.0%} of collectives)"),
+    "SlowCompute": lambda f: (f"rank {int(_g(f.evidence, 'rank'))} computed {_g(f.evidence, 'compute_ratio'):.2f}x "
+                              f"the median of its group ({f.evidence.get('group', '')}) from step {f.onset_step}"),
+    "SlowPipelineStage": lambda f: (f"pipeline stage {int(_g(f.evidence, 'stage'))} (ranks "
+                                    f"{f.evidence.get('ranks', '')}) computed {_g(f.evidence, 'stage_ratio'):.2f}x "
+                                    f"the other stages from step "
+                                    f"{f.onset_step}"),
+    "ComputeImbalance": lambda f: (f"compute time varied across ranks by CV {_g(f.evidence, 'compute_cv'):.2f} with "
+                                   f"no rank slowest on more than {_g(f.evidence, 'slowest_rank_share'):.0%} of the "
+                                   f"steps"),
+    "DeviceIdle": lambda f: (f"the device{' of ' + f.entity if f.entity else ''} was idle "
+                             f"{_g(f.evidence, 'idle_share'):.0%} of the step from step {f.onset_step}"
+                             + (f" ({_g(f.evidence, 'host_wait_share'):.0%} of the step waiting on the host)"
+                                if "host_wait_share" in f.evidence else "")),
+    "HostBound": lambda f: (f"the host set the pace{' of ' + f.entity if f.entity else ''} from step {f.onset_step} "
+                            f"({f.evidence.get('rule', '')})"),
     "DataLoaderWait": lambda f: (f"the data loader{' of ' + f.entity if f.entity else ''} waited "
                                  f"{_g(f.evidence, 'wait_ms'):.1f} ms per step from step {f.onset_step}"
                                  + (f" ({_g(f.evidence, 'share_of_step'):.0%} of the step)"

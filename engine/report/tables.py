@@ -85,16 +85,10 @@ def hypotheses_table(d: ReportData) -> str:
     return table(("#", "cause", "confidence", "explanation", "supporting findings"), rows, "hyp")
 
 
-def _evidence(evidence: dict[str, float | str | bool]) -> str:
-    """Evidence as ``name=value``: numbers to four digits, categorical values (strings, flags) as they are."""
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else f"{k}={v}"
-                     for k, v in evidence.items())
-
-
 def findings_table(d: ReportData) -> str:
     rows = [(f"<code>{h(f.id)}</code>", named(d, f.symptom), h(f.dimension), f"<code>{h(f.entity or '(run)')}</code>",
              f"{f.onset_step}–{f.end_step}", h("" if f.detection_step is None else f.detection_step),
-             f"{f.severity:.2f}", h(_evidence(f.evidence)), h(f.detector))
+             f"{f.severity:.2f}", h(f.evidence_text()), h(f.detector))
             for f in d.findings]
     return table(("id", "symptom", "dimension", "where", "steps", "detected at", "severity", "evidence", "detector"),
                  rows, "findings")

@@ -100,6 +100,9 @@ COMMUNICATION_METRICS = {
     "transport_bytes": "bytes over one transport type in the step (entity: 'transport:<HCCS|RDMA|PCIE|SIO>')",
     "transport_bw_gbps": "bandwidth over one transport type: transit bytes / transit time",
     "preparing_ms": "time from the step start to the first device task (Ascend Preparing)",
+    # added by the trace importers (issue 13): the device timeline of a step (HTA's definitions)
+    "cpu_step_ms": "the step as the host saw it (the ProfilerStep annotation); step_time_ms is the device window",
+    "comm_overlapped_ms": "communication running while computation runs (hidden behind it)",
 }
 HARDWARE_METRICS = {
     "util_pct": "accelerator utilisation (entity: 'device:<name>')",
@@ -122,6 +125,15 @@ HARDWARE_METRICS = {
     # power (issue 16): the sampler's NVML backend and nvidia-smi
     "power_limit_w": "enforced board power limit (entity: 'device:<name>')",
     "throttle_power": "1 when the device lowers its clock for power (SW power cap or HW power brake)",
+    # added by the trace importers (issue 13): idle time of the device timeline and what the host did
+    "memcpy_ms": "time only memory copies or sets run on the device in the step",
+    "idle_host_wait_ms": "device idle before a kernel the host had not yet launched (HTA host_wait)",
+    "idle_kernel_wait_ms": "device idle in gaps shorter than HTA's consecutive_kernel_delay (30 µs): launch overhead",
+    "idle_other_ms": "the rest of the device idle time (e.g. waiting on an event of another stream)",
+    "op_dur_median_us": "median duration of the step's computation kernels (CPU-only traces: top-level operators)",
+    "launch_gap_median_us": "median interval between consecutive kernel launches of the step",
+    "op_gap_median_us": "CPU-only traces: median gap between consecutive top-level operators of the training thread",
+    "host_gap_ms": "CPU-only traces: time of the step the training thread spent outside any operator (Python)",
 }
 
 METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,

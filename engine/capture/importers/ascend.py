@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.capture.importers import devices
 from debugtune.engine.capture.importers.collectives import kind_from_hcom
 from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
@@ -50,6 +51,7 @@ _STEP_COLUMNS = {
     "Computing": ("compute_ms", True),
     "Communication(Not Overlapped)": ("comm_not_overlapped_ms", True),
     "Communication": ("comm_ms", False),
+    "Overlapped": ("comm_overlapped_ms", False),
     "Free": ("free_ms", True),
     "Bubble": ("bubble_ms", False),
     "Preparing": ("preparing_ms", False),
@@ -229,7 +231,23 @@ def read_communication(path: Path, rank: int, acc: Acc) -> None:
     _emit_transports(acc, sizes)
 
 
-def read_cluster_communication(path: Path, acc: Acc) -> set[int]:
+def _used_transports(info: dict) -> set[str]:
+    """The transports an op moved bytes over (its 'Communication Bandwidth Info' with a transit size)."""
+    bw = info.get("Communication Bandwidth Info") or {}
+    return {t for t in _TRANSPORTS if isinstance(bw, dict) and isinstance(bw.get(t), dict)
+            and float(bw[t].get("Transit Size(MB)") or 0.0) > 0}
+
+
+def traced_link(acc: Acc, used: set[str]) -> str | None:
+    """The slowest link the collectives crossed, as the profiler saw it: RDMA (RoCE between nodes) when any
+    bytes went over it, else HCCS (inside the node)."""
+    used = used | {e.split(":", 1)[1] for (_, _, m, e), v in acc.items() if m == "transport_bytes" and v > 0}
+    if "RDMA" in used:
+        return "roce"
+    return "hccs" if used & {"HCCS", "SIO", "PCIE"} else None
+
+
+def read_cluster_communication(path: Path, acc: Acc, used: set[str] | None = None) -> set[int]:
     data = _obj(_read_json(path), path, "$")
     ranks: set[int] = set()
     for group, steps in data.items():
@@ -244,6 +262,8 @@ def read_cluster_communication(path: Path, acc: Acc) -> set[int]:
                         raise ImportFormatError(path, f"rank key is not a number: {rank_key!r}", field=where) from None
                     ranks.add(rank)
                     _add_op(acc, rank, step, op_name, _obj(info, path, where), path, where)
+                    if used is not None:
+                        used |= _used_transports(info)
     return ranks
 
 
@@ -410,6 +430,7 @@ def load(path: Path, sink: RunSink) -> None:
         folders = [path.parent.parent] if path.parent.name == OUTPUT else []
     facts: dict[str, Any] = {}
     parallel: dict[str, int] = {}
+    used: set[str] = set()
     if folders:
         taken: dict[int, Path] = {}
         for i, folder in enumerate(folders):
@@ -433,8 +454,10 @@ def load(path: Path, sink: RunSink) -> None:
             ranks |= {k[0] for k in acc}
         if comm_file.is_file():
             sink.source(comm_file)
-            ranks |= read_cluster_communication(comm_file, acc)
+            ranks |= read_cluster_communication(comm_file, acc, used)
         world = len(ranks)
     _flush(acc, sink)
     sink.meta.update({"framework": "pytorch+torch_npu", "world_size": world, "parallel": parallel,
-                      "environment": {"device_kind": "npu", **facts}})
+                      "from_run_start": False,  # the profiler's schedule records a window of the run
+                      "environment": {"device_kind": "npu", **facts},
+                      **devices.resolve(None, world, None, traced_link=traced_link(acc, used))})

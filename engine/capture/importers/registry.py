@@ -8,6 +8,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
+from debugtune.engine.capture.importers import devices
 from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
 from debugtune.engine.telemetry import TelemetryError, environment_snapshot, write_run_json
@@ -38,6 +39,8 @@ IMPORTERS: tuple[Importer, ...] = (
              "files", "ascend"),
     Importer("pytorch-trace", "PyTorch profiler (Kineto) Chrome trace .json/.json.gz, one file per rank",
              "chrome_trace"),
+    Importer("op-table", "per-operation timing table, Parquet or CSV (rank, step, optype, start_ts, duration; "
+             "ByteDance straggler traces)", "op_table"),
     Importer("tensorboard", "TensorBoard event files (events.out.tfevents.*)", "tensorboard"),
     Importer("msprobe", "msprobe monitor CSV (vpp_stage,name,step,...)", "msprobe"),
     Importer("megatron-log", "Megatron-LM text log (' iteration N/ M | ... lm loss: ...')", "megatron_log"),
@@ -94,8 +97,12 @@ class ImportResult:
 
 
 def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None, run_id: str | None = None,
-                replace: bool = False, flush_rows: int = 262144) -> ImportResult:
+                replace: bool = False, flush_rows: int = 262144, device: str | None = None,
+                interconnect: str | None = None) -> ImportResult:
     """Import ``path`` (a file or directory) into the run directory ``run_dir``.
+
+    ``device`` / ``interconnect`` name the accelerator and the link when the input does not (or names them
+    wrongly); they are resolved against the knowledge base's models and interconnects (``devices``).
 
     Everything is written into a hidden staging directory that is renamed to ``run_dir`` only when the import
     succeeded, so a malformed input leaves nothing behind. An existing ``run_dir`` is an error unless ``replace``.
@@ -111,6 +118,8 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
         else:
             raise TelemetryError(run_dir, "run directory already exists (choose another --run-dir or use --replace)")
     rid = run_id or run_dir.name
+    if device or interconnect:  # an unknown name fails before anything is read
+        devices.resolve(None, None, None, device=device, interconnect=interconnect)
     try:
         with staged_directory(run_dir, replace=replace) as stage:
             sink = RunSink(stage, rid, root=path if path.is_dir() else path.parent, flush_rows=flush_rows)
@@ -123,9 +132,19 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
                     **sink.meta,
                     "source": {"format": name, "files": sink.files, **sink.meta.get("source", {})},
                     "environment": sink.meta.get("environment", {}), "imported_with": environment_snapshot()}
+            if device or interconnect:
+                meta = hardware_overrides(meta, device=device, interconnect=interconnect)
             write_run_json(stage, meta)
     except FileExistsError:  # a concurrent import created run_dir meanwhile
         raise TelemetryError(run_dir, "run directory already exists") from None
     except (OSError, EOFError) as err:
         raise ImportFormatError(path, f"cannot read input: {err}") from err
     return ImportResult(run_dir, rid, name, sink.rows, sink.ranks, sink.steps, sink.metrics, sink.files)
+
+
+def hardware_overrides(meta: dict[str, Any], *, device: str | None = None,
+                       interconnect: str | None = None) -> dict[str, Any]:
+    """run.json's device and link facts with the user's ``device`` / ``interconnect`` taking precedence."""
+    out = {k: v for k, v in meta.items() if k not in ("accelerator_model", "interconnect", "interconnect_from")}
+    return {**out, **devices.resolve(meta.get("accelerator"), meta.get("world_size"), None, device=device,
+                                     interconnect=interconnect)}

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from debugtune.kg.endpoint import EndpointError, EndpointSettings, base_url, store_errors
 from debugtune.kg.negotiation import GRAPH_FORMATS, choose, media_type
 from debugtune.kg.sparql import iri
+from debugtune.kg.store import writing
 
 Target = ox.NamedNode | ox.DefaultGraph
 
@@ -59,6 +60,11 @@ def read_graph(raw: ox.Store, graph: Target, settings: EndpointSettings) -> list
         settings.check_rows(len(out) + 1)
         out.append(ox.Triple(q.subject, q.predicate, q.object))
     return out
+
+
+def serialized_graph(raw: ox.Store, graph: Target, media: str, settings: EndpointSettings) -> bytes:
+    """A graph serialised in ``media`` (runs on a query worker)."""
+    return ox.serialize(read_graph(raw, graph, settings), format=GRAPH_FORMATS[media]) or b""
 
 
 def _parse(data: bytes, content_type: str | None, base: str) -> list[ox.Triple]:
@@ -127,8 +133,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
             raise EndpointError(406, f"graphs are available as {', '.join(list(GRAPH_FORMATS)[:4])}")
         if not exists(raw, graph):
             raise EndpointError(404, f"no graph {graph}")
-        content = settings.run_limited(
-            lambda: ox.serialize(read_graph(raw, graph, settings), format=GRAPH_FORMATS[media]) or b"")
+        content = settings.run_limited(serialized_graph, raw, graph, media, settings)
         return Response(content, media_type=media + "; charset=utf-8", headers={"Vary": "Accept"})
 
     def write(request: Request, data: bytes, direct: bool) -> Response:
@@ -138,7 +143,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
         if method == "DELETE":
             if graph is None or not exists(raw, graph):
                 raise EndpointError(404, f"no graph {graph}" if graph is not None else "name a graph to delete")
-            with store_errors("delete"):
+            with store_errors("delete"), writing():
                 drop_graph(raw, graph)
             return Response(status_code=200)
         headers = {}
@@ -150,7 +155,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
         base = graph.value if isinstance(graph, ox.NamedNode) else base_url(request)
         triples = parse_payload(data, request.headers.get("content-type"), base)
         created = not exists(raw, graph) if isinstance(graph, ox.NamedNode) else _is_empty(raw, graph)
-        with store_errors("write"):
+        with store_errors("write"), writing():
             write_graph(raw, graph, triples, replace=method == "PUT")
         if created:
             return Response(status_code=201, headers=headers)

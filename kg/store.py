@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,25 @@ _EXT_FORMATS = {
 }
 _QUAD_FORMATS = {ox.RdfFormat.N_QUADS, ox.RdfFormat.TRIG}
 _POSITION = re.compile(r"(?:line (\d+) column (\d+))|(?:at (\d+):(\d+))")
+
+WRITE_LOCK = threading.RLock()
+"""Held by every write to an embedded store in this process (query workers fork only between writes)."""
+_writes = [0]
+
+
+def write_generation() -> int:
+    """How many writes embedded stores of this process have taken (a query worker older than that is stale)."""
+    return _writes[0]
+
+
+@contextmanager
+def writing() -> Iterator[None]:
+    """One write to an embedded store: holds `WRITE_LOCK` and counts the write when it ends."""
+    with WRITE_LOCK:
+        try:
+            yield
+        finally:
+            _writes[0] += 1
 
 
 def rdf_format(path: str | os.PathLike[str], fmt: str | ox.RdfFormat | None = None) -> ox.RdfFormat:
@@ -210,26 +231,37 @@ class OxigraphStore(Store):
     def update(self, sparql, *, base_iri=None, prefixes=True):
         text = with_prefixes(sparql) if prefixes else sparql
         try:
-            self._store.update(text, base_iri=base_iri)
+            with writing():
+                self._store.update(text, base_iri=base_iri)
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
     def _load_quads(self, quads, *, bulk):
-        if bulk and self.path is not None:
-            self._store.bulk_extend(quads)
-        else:
-            self._store.extend(quads)
+        with writing():
+            if bulk and self.path is not None:
+                self._store.bulk_extend(quads)
+            else:
+                self._store.extend(quads)
 
     def graphs(self):
         return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
 
     def clear(self, graph=None):
-        if graph is None:
-            self._store.clear()
-        else:
-            node = ox.NamedNode(graph)
-            if self._store.contains_named_graph(node):
-                self._store.remove_graph(node)
+        with writing():
+            if graph is None:
+                self._store.clear()
+            else:
+                node = ox.NamedNode(graph)
+                if self._store.contains_named_graph(node):
+                    self._store.remove_graph(node)
+
+    def use_read_only(self) -> ox.Store:
+        """Switch this object to a read-only handle on its directory (in a query worker process); returns the
+        handle it held, which the caller must keep alive (dropping a RocksDB handle copied by fork may hang)."""
+        old = self._store
+        if self.path is not None:
+            self._store = ox.Store.read_only(str(self.path))
+        return old
 
     def count(self, graph=None):
         if graph is None:

@@ -180,6 +180,13 @@ class Store(ABC):
         assert isinstance(result, GraphResult)
         return result.serialize(fmt)
 
+    def version(self) -> int | None:
+        """A number that changes whenever the store's content may have (None: unknown, e.g. a remote store).
+
+        Lets callers cache what they derive from the store (`engine.suggest.stored_cases`).
+        """
+        return None
+
     def close(self) -> None:
         """Release the store (flushes an on-disk store)."""
 
@@ -254,6 +261,10 @@ class OxigraphStore(Store):
                 node = ox.NamedNode(graph)
                 if self._store.contains_named_graph(node):
                     self._store.remove_graph(node)
+
+    def version(self) -> int | None:
+        # every write of this process counts; a read-only or locked directory sees no other writer
+        return write_generation()
 
     def use_read_only(self) -> ox.Store:
         """Switch this object to a read-only handle on its directory (in a query worker process); returns the

@@ -17,9 +17,10 @@ import pyoxigraph as ox
 from fastapi import APIRouter, Depends, Request, Response
 
 from debugtune.kg.endpoint import EndpointError, EndpointSettings, base_url, store_errors
+from debugtune.kg.errors import RdfSyntaxError
 from debugtune.kg.negotiation import GRAPH_FORMATS, choose, media_type
 from debugtune.kg.sparql import iri
-from debugtune.kg.store import writing
+from debugtune.kg.store import check_rdf_nesting, writing
 
 Target = ox.NamedNode | ox.DefaultGraph
 
@@ -75,6 +76,10 @@ def _parse(data: bytes, content_type: str | None, base: str) -> list[ox.Triple]:
                                  f"{', '.join(list(GRAPH_FORMATS)[:4])}")
     if charset not in (None, "utf-8", "utf8"):
         raise EndpointError(415, f"only UTF-8 RDF is accepted, not {charset}")
+    try:
+        check_rdf_nesting(data, fmt, "the payload")
+    except RdfSyntaxError as err:
+        raise EndpointError(400, str(err)) from None
     try:
         return [t if isinstance(t, ox.Triple) else ox.Triple(t.subject, t.predicate, t.object)
                 for t in ox.parse(data, format=fmt, base_iri=base)]

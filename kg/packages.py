@@ -27,6 +27,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from debugtune.kg.errors import RdfSyntaxError
+from debugtune.kg.input_errors import reading
 from debugtune.kg.namespaces import DCT, DT, PROV, RDF, SCHEMA, SKOS, XSD, package_graph
 from debugtune.kg.package_archive import METADATA, SANDBOX_DIR, ArchiveLimits, PackageError, content_hash, read_archive
 from debugtune.kg.package_clash import Clash, find_clashes
@@ -146,8 +147,9 @@ def check_shapes(store: Store, triples: Sequence[ox.Triple], source: str) -> Non
 def check_package(store: Store, files: Mapping[str, bytes], source: str,
                   base: str = base_iri("unverified")) -> tuple[CrateInfo, list[ox.Triple]]:
     """Structure and SHACL shapes of a package (what export and import both check); PackageError if bad."""
-    crate, triples = package_triples(files, base, source)
-    check_shapes(store, triples, source)
+    with reading(source, _package_error):
+        crate, triples = package_triples(files, base, source)
+        check_shapes(store, triples, source)
     return crate, triples
 
 
@@ -204,7 +206,18 @@ def _importer() -> str:
 def import_package(store: Store, path: str | os.PathLike[str], *, allow_clash: bool = False,
                    importer: str | None = None, limits: ArchiveLimits = ArchiveLimits()) -> ImportResult:
     """Import a package into its own named graph (see the module docstring); one atomic write."""
-    source = str(path)
+    with reading(path, _package_error):
+        return _import(store, str(path), allow_clash, importer, limits)
+
+
+def _package_error(path: str, message: str, line: int | None, field: str | None) -> PackageError:
+    where = "".join(f" ({k} {v})" for k, v in (("line", line), ("field", field)) if v is not None)
+    return PackageError(path, message + where)
+
+
+def _import(store: Store, source: str, allow_clash: bool, importer: str | None,
+            limits: ArchiveLimits) -> ImportResult:
+    path = source
     files = read_archive(path, limits)
     digest = content_hash(files)
     graph, base = package_graph(digest), base_iri(digest)

@@ -91,8 +91,41 @@ def sparql_error(text: str, err: Exception, prefixed: bool) -> SparqlSyntaxError
     return SparqlSyntaxError(text, message, line, col)
 
 
+MAX_RDF_NESTING = 1000
+"""Deepest nesting of JSON-LD objects/arrays or of RDF 1.2 triple terms (``<<…>>``) parsed: Oxigraph's
+parsers recurse on them and overflow the stack (and kill the process) at a few thousand levels."""
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+_TRIPLE_TERM = re.compile(rb"<<|>>")
+
+
+def rdf_nesting(data: bytes, fmt: ox.RdfFormat) -> int:
+    """How deep ``data`` nests what Oxigraph's parser recurses on (an upper bound; cheap when there is none)."""
+    if fmt == ox.RdfFormat.JSON_LD:
+        marks, opening = _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", data)), (b"[", b"{")
+    elif b"<<" in data:
+        marks, opening = _TRIPLE_TERM.finditer(data), (b"<<",)
+    else:
+        return 0
+    depth = deepest = 0
+    for m in marks:
+        depth = depth + 1 if m.group() in opening else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def check_rdf_nesting(data: bytes, fmt: ox.RdfFormat, source: str) -> None:
+    """RdfSyntaxError naming ``source`` when ``data`` nests deeper than `MAX_RDF_NESTING`."""
+    depth = rdf_nesting(data, fmt)
+    if depth > MAX_RDF_NESTING:
+        raise RdfSyntaxError(source, f"nested {depth} levels deep (JSON-LD objects and arrays, or << >> triple "
+                                     f"terms); the limit is {MAX_RDF_NESTING}")
+
+
 def parse_rdf(data: bytes, fmt: ox.RdfFormat, source: str, base_iri: str | None = None) -> list[Any]:
     """Parse RDF bytes into triples or quads; a syntax error names ``source``, line and column."""
+    check_rdf_nesting(data, fmt, source)
     try:
         return list(ox.parse(data, format=fmt, base_iri=base_iri))
     except SyntaxError as err:

@@ -12,6 +12,7 @@ from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
 from debugtune.engine.telemetry import TelemetryError, environment_snapshot, write_run_json
 from debugtune.engine.telemetry.atomic import staged_directory
+from debugtune.kg.input_errors import reading
 
 
 @dataclass(frozen=True)
@@ -61,14 +62,19 @@ def importer(name: str) -> Importer:
     raise ImportFormatError(name, f"unknown format (known: {', '.join(formats())})")
 
 
+def _input_error(path: str, message: str, line: int | None, field: str | None) -> ImportFormatError:
+    return ImportFormatError(path, message, line=line, field=field)
+
+
 def detect_format(path: str | Path) -> str:
     """The name of the first importer that recognises ``path``; raises when none does."""
     path = Path(path)
     if not path.exists():
         raise ImportFormatError(path, "not found")
     for imp in IMPORTERS:
-        if imp.detect(path):
-            return imp.name
+        with reading(path, _input_error):
+            if imp.detect(path):
+                return imp.name
     raise ImportFormatError(path, f"format not recognised; name it explicitly (one of: {', '.join(formats())})")
 
 
@@ -114,8 +120,9 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
     try:
         with staged_directory(run_dir, replace=replace) as stage:
             sink = RunSink(stage, rid, root=path if path.is_dir() else path.parent, flush_rows=flush_rows)
-            imp.load(path, sink)
-            sink.close()
+            with reading(path, _input_error):  # whatever an importer meets fails as bad input (kg.input_errors)
+                imp.load(path, sink)
+                sink.close()
             if sink.rows == 0:
                 raise ImportFormatError(path, f"no telemetry found for format {name!r}")
             meta = {"run_id": rid, "framework": None, "world_size": len(sink.ranks) or None,

@@ -12,6 +12,7 @@ from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
 from debugtune.engine.telemetry import TelemetryError, environment_snapshot, write_run_json
 from debugtune.engine.telemetry.atomic import staged_directory
+from debugtune.engine.telemetry.runmeta import RUN_JSON
 from debugtune.kg.input_errors import reading
 
 
@@ -111,11 +112,15 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
     imp = importer(name)
     if not path.exists():
         raise ImportFormatError(path, "not found")
-    if run_dir.exists() and not replace:
-        if run_dir.is_dir() and not any(run_dir.iterdir()):
+    if run_dir.exists():
+        empty = run_dir.is_dir() and not any(run_dir.iterdir())
+        if empty:
             run_dir.rmdir()
-        else:
+        elif not replace:
             raise TelemetryError(run_dir, "run directory already exists (choose another --run-dir or use --replace)")
+        elif not (run_dir.is_dir() and (run_dir / RUN_JSON).is_file()):
+            raise TelemetryError(run_dir, f"not a run directory (no {RUN_JSON}): --replace only replaces a run "
+                                          "directory or an empty one")
     rid = run_id or run_dir.name
     try:
         with staged_directory(run_dir, replace=replace) as stage:

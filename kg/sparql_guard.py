@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from debugtune.kg.errors import SparqlRefused
 from debugtune.kg.sparql_lexer import _CHARS_U, _UCHAR, CodeView, code_spans, iri_content_ok, line_col, tokens
@@ -78,7 +79,33 @@ def _refuse(text: str, pos: int, message: str, status: int = 400) -> SparqlRefus
 
 
 def check_sparql(text: str, *, update: bool = False, bounds: SparqlBounds = SparqlBounds()) -> None:
-    """Raise `SparqlRefused` (status 400 or 403) unless ``text`` passes every check of the module docstring."""
+    """Raise `SparqlRefused` (status 400 or 403) unless ``text`` passes every check of the module docstring.
+
+    The verdict on a short text is remembered (endpoints see the same queries again and again).
+    """
+    refused = _verdict(text, update, bounds) if len(text) <= _CACHED_CHARS else _check(text, update, bounds)
+    if refused is not None:
+        raise SparqlRefused(refused.detail, status=refused.status, line=refused.line, column=refused.column)
+
+
+_CACHED_CHARS = 8192
+
+
+@lru_cache(maxsize=2048)
+def _verdict(text: str, update: bool, bounds: SparqlBounds) -> SparqlRefused | None:
+    return _check(text, update, bounds)
+
+
+def _check(text: str, update: bool, bounds: SparqlBounds) -> SparqlRefused | None:
+    try:
+        _checks(text, update, bounds)
+    except SparqlRefused as err:
+        err.__traceback__ = None
+        return err
+    return None
+
+
+def _checks(text: str, update: bool, bounds: SparqlBounds) -> None:
     if len(text) > bounds.max_chars:
         raise SparqlRefused(f"the {'update' if update else 'query'} is {len(text)} characters long; the limit "
                             f"is {bounds.max_chars}")

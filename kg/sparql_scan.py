@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from debugtune.kg.sparql import iri
 from debugtune.kg.sparql_lexer import tokens
@@ -27,7 +28,16 @@ class Word:
 
 def words(text: str) -> list[Word]:
     """Keywords and names outside strings, IRIs and comments (not variables, not prefixed names)."""
-    return [Word(t.text.upper(), t.start, t.end, t.depth) for t in tokens(text) if t.kind == "word"]
+    return list(_words(text)) if len(text) <= 8192 else list(_scan_words(text))
+
+
+@lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[Word, ...]:
+    return _scan_words(text)
+
+
+def _scan_words(text: str) -> tuple[Word, ...]:
+    return tuple(Word(t.text.upper(), t.start, t.end, t.depth) for t in tokens(text) if t.kind == "word")
 
 
 def query_form(text: str) -> str | None:

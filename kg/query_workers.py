@@ -232,6 +232,7 @@ class QueryWorkers:
         self.size, self.timeout_s, self.memory_mb, self.no_network = max(1, size), timeout_s, memory_mb, no_network
         self._threads = ThreadPoolExecutor(self.size, thread_name_prefix="query-worker")
         self._shared: dict[int, Any] = {}
+        self._flushed = -1
         self._local = threading.local()
         self._live: set[_Worker] = set()
         self._finalizer = weakref.finalize(self, _stop_all, self._live)
@@ -249,6 +250,11 @@ class QueryWorkers:
         parent, child = Pipe()
         with WRITE_LOCK:
             generation = write_generation()
+            if generation != self._flushed:  # a read-only open replays what is not flushed: do it once here
+                for obj in self._shared.values():
+                    if isinstance(obj, OxigraphStore) and obj.path is not None and obj.raw is not None:
+                        obj.raw.flush()
+                self._flushed = generation
             pid = os.fork()
         if pid == 0:  # the worker: never returns into the server's code
             code = 0
@@ -280,6 +286,7 @@ class QueryWorkers:
             worker = None
         if worker is None:
             worker = self._local.worker = self._fork()
+            deadline = max(deadline, time.monotonic() + self.timeout_s)  # forking is not the query's time
         worker.conn.send_bytes(_dumps((fn, args), self._shared))
         if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
             self._retire(worker)

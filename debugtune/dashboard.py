@@ -10,7 +10,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse, Response
 
 from debugtune.engine.report import ReportError, build_report, shell
@@ -19,7 +19,7 @@ from debugtune.engine.report.gather import kb_labels
 from debugtune.engine.report.tables import absent, table
 from debugtune.engine.suggest import SuggestError
 from debugtune.kg.assertions import runs
-from debugtune.kg.endpoint import EndpointSettings
+from debugtune.kg.endpoint import EndpointSettings, utf8_request
 from debugtune.kg.errors import DebugtuneError
 from debugtune.kg.namespaces import local_name
 from debugtune.kg.store import Store
@@ -73,7 +73,7 @@ def _cell(value: Any) -> str:
 
 def _result_section(text: str, store: Store, settings: EndpointSettings) -> tuple[str, int]:
     try:
-        result = settings.run_limited(lambda: run_query(text, store))
+        result = settings.run_limited(run_query, text, store)
     except DslError as err:
         return f'<section id="result"><h2>Error</h2><pre class="error">{h(err)}</pre></section>', 400
     notes = "".join(f"<li>{h(n)}</li>" for n in result.notes)
@@ -89,12 +89,14 @@ def _result_section(text: str, store: Store, settings: EndpointSettings) -> tupl
 
 
 def dashboard_router(store: Store, settings: EndpointSettings) -> APIRouter:
-    """``/``, ``/query`` and ``/runs/{run_id}/report`` as HTML pages over ``store``."""
-    router = APIRouter()
+    """``/``, ``/query`` and ``/runs/{run_id}/report`` as HTML pages over ``store``; a path or query string that is
+    not UTF-8 gets 400."""
+    settings.share(store)
+    router = APIRouter(dependencies=[Depends(utf8_request)])
 
     @router.get("/", response_class=HTMLResponse, tags=["dashboard"], summary="Runs and their top hypothesis")
     def home() -> HTMLResponse:
-        runs_html = settings.run_limited(lambda: _runs_section(store))
+        runs_html = settings.run_limited(_runs_section, store)
         return _page("debugtune dashboard", runs_html + _form(EXAMPLE_QUERY))
 
     @router.get("/favicon.ico", include_in_schema=False)
@@ -112,7 +114,7 @@ def dashboard_router(store: Store, settings: EndpointSettings) -> APIRouter:
                 summary="The run's self-contained HTML report")
     def run_report_page(run_id: str) -> HTMLResponse:
         try:
-            report = settings.run_limited(lambda: build_report(store, run_id))
+            report = settings.run_limited(build_report, store, run_id)
         except (SuggestError, ReportError) as err:
             status = 404 if isinstance(err, SuggestError) else 500
             return _page("no report", f'<section><pre class="error">{h(err)}</pre></section>', status)

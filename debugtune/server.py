@@ -20,7 +20,15 @@ from debugtune import __version__
 from debugtune.dashboard import dashboard_router
 from debugtune.engine.infer.report import DiagnosisReport
 from debugtune.kg.assertions import read_experiments, read_findings, read_hypotheses, runs
-from debugtune.kg.endpoint import EndpointError, EndpointSettings, Limits, read_body
+from debugtune.kg.endpoint import (
+    EndpointError,
+    EndpointSettings,
+    Limits,
+    no_surrogates,
+    read_body,
+    strict_text,
+    utf8_request,
+)
 from debugtune.kg.namespaces import check_run_id, run_base, run_graph
 from debugtune.kg.protocol import protocol_router
 from debugtune.kg.sparql import iri
@@ -66,7 +74,8 @@ def run_report(store: Store, run_id: str) -> dict[str, Any]:
 
 def dsl_router(store: Store, settings: EndpointSettings) -> APIRouter:
     """``/dsl`` (POST a DSL query, JSON back), ``/runs``, ``/runs/{id}`` and ``/health``."""
-    router = APIRouter()
+    settings.share(store)
+    router = APIRouter(dependencies=[Depends(utf8_request)])
 
     async def body(request: Request) -> bytes:
         return await read_body(request, settings.limits.max_body_bytes)
@@ -75,18 +84,18 @@ def dsl_router(store: Store, settings: EndpointSettings) -> APIRouter:
     def dsl(request: Request, data: bytes = Depends(body)) -> JSONResponse:
         text = _dsl_text(request.headers.get("content-type") or "", data)
         try:
-            result = settings.run_limited(lambda: run_query(text, store))
+            result = settings.run_limited(run_query, text, store)
         except DslError as err:
             return JSONResponse(err.as_dict(), status_code=400)
         return JSONResponse(result.as_dict())
 
     @router.get("/runs", tags=["runs"], summary="Every run with its top hypothesis")
     def list_runs() -> JSONResponse:
-        return JSONResponse(settings.run_limited(lambda: runs(store)))
+        return JSONResponse(settings.run_limited(runs, store))
 
     @router.get("/runs/{run_id}", tags=["runs"], summary="The diagnosis report of one run")
     def get_run(run_id: str) -> JSONResponse:
-        return JSONResponse(settings.run_limited(lambda: run_report(store, run_id)))
+        return JSONResponse(settings.run_limited(run_report, store, run_id))
 
     @router.get("/health", tags=["health"], summary="Liveness and what the endpoint allows")
     def health() -> dict[str, Any]:
@@ -97,18 +106,15 @@ def dsl_router(store: Store, settings: EndpointSettings) -> APIRouter:
 
 
 def _dsl_text(content_type: str, data: bytes) -> str:
-    try:
-        raw = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise EndpointError(400, "the request body is not UTF-8") from None
+    raw = strict_text(data, "the request body")
     if content_type.split(";")[0].strip().lower() == "application/json":
         try:
             obj = json.loads(raw)
-        except ValueError as err:
+        except (ValueError, RecursionError) as err:
             raise EndpointError(400, f"the body is not JSON: {err}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("query"), str):
             raise EndpointError(400, 'send {"query": "<DSL query>"}')
-        return obj["query"]
+        return no_surrogates(obj["query"], "the query")
     return raw
 
 

@@ -1,24 +1,24 @@
-"""Shared parts of the HTTP endpoints: settings and limits, the bearer-token rule, capped bodies, query workers.
+"""Shared parts of the HTTP endpoints: settings and limits, the bearer-token rule, capped bodies, strict
+UTF-8, and the query workers.
 
-pyoxigraph cannot interrupt a running query, so queries run on a small pool of worker threads and the
-request waits at most ``query_timeout_s``; a query past its time is abandoned (HTTP 503) but keeps its
-worker busy until it finishes — that is the residual cost (docs/server.md).
+Queries run in worker processes (`query_workers`); a query past ``query_timeout_s`` is stopped by
+killing its worker (HTTP 503), which the next query replaces (docs/server.md, "Limits").
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import unquote_to_bytes
 
 from fastapi import HTTPException, Request
 
-from debugtune.kg.errors import KgError
+from debugtune.kg.errors import KgError, SparqlRefused
+from debugtune.kg.query_workers import QueryWorkers, WorkerError
+from debugtune.kg.sparql_guard import SparqlBounds, check_sparql
 
 T = TypeVar("T")
 
@@ -29,66 +29,93 @@ class EndpointError(HTTPException):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(status_code=status, detail=message, headers=headers)
 
+    def __reduce__(self):
+        return EndpointError, (self.status_code, self.detail, self.headers)
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-query timeout, result cap (rows or triples), request-body cap and the worker-pool size."""
+    """Per-query time and memory, result cap (rows or triples), request-body cap, worker processes, the SPARQL
+    text bounds (`sparql_guard`) and the SERVICE endpoints allowed."""
 
     query_timeout_s: float = 30.0
     max_rows: int = 100_000
     max_body_bytes: int = 16 * 1024 * 1024
     workers: int = 4
-    allow_service: bool = False
-    """Allow SPARQL ``SERVICE`` (federated queries make the server fetch other URLs; off by default)."""
+    services: tuple[str, ...] = ()
+    """Endpoints SPARQL ``SERVICE`` (and ``LOAD``) may name; none by default (federated queries make the
+    server fetch URLs). With none, workers also cannot open network sockets."""
+    max_query_chars: int = SparqlBounds.max_chars
+    max_query_depth: int = SparqlBounds.max_depth
+    max_query_terms: int = SparqlBounds.max_terms
+    query_memory_mb: int | None = 2048
+    """Address space a worker may add to what it inherits; a query past it kills only its worker."""
+
+    def bounds(self) -> SparqlBounds:
+        return SparqlBounds(self.max_query_chars, self.max_query_depth, self.max_query_terms, tuple(self.services))
 
 
 @dataclass
 class EndpointSettings:
-    """What one mounted endpoint needs: its limits, the update rule and its worker pool."""
+    """What one mounted endpoint needs: its limits, the update rule and its worker processes."""
 
     limits: Limits = field(default_factory=Limits)
     allow_update: bool = False
     token: str | None = None
-    workers: ThreadPoolExecutor | None = None
+    workers: QueryWorkers | None = None
 
     def __post_init__(self) -> None:
         if self.allow_update and not self.token:
             raise KgError("updates need a bearer token: pass token= (cann-debug serve --token-file FILE)")
         if self.limits.query_timeout_s <= 0 or self.limits.max_rows < 1 or self.limits.max_body_bytes < 1:
             raise KgError(f"endpoint limits must be positive: {self.limits}")
-        self.workers = ThreadPoolExecutor(max_workers=max(1, self.limits.workers), thread_name_prefix="sparql")
+        self.workers = QueryWorkers(self.limits.workers, self.limits.query_timeout_s,
+                                    memory_mb=self.limits.query_memory_mb, no_network=not self.limits.services)
+        self.workers.share(self)
 
-    def run_limited(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` on a worker; past ``query_timeout_s`` answer 503 (the worker finishes in the background)."""
+    def share(self, *objs: Any) -> None:
+        """Objects (stores) that calls pass to `run_limited` (see `QueryWorkers.share`)."""
         assert self.workers is not None
-        future = self.workers.submit(_contained, fn)
-        try:
-            ok, value = future.result(timeout=self.limits.query_timeout_s)
-        except FutureTimeout:
-            raise self._timed_out(started=not future.cancel()) from None
-        if not ok:
-            raise value
-        return value
+        self.workers.share(*objs)
 
-    async def run_limited_async(self, fn: Callable[[], T]) -> T:
-        """:meth:`run_limited` for an async route: the event loop waits on the worker, so a request costs one
-        thread hop instead of two (the route's own thread-pool hop and the worker's)."""
+    def run_limited(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker process (``fn`` a module-level function); 503 past ``query_timeout_s``."""
         assert self.workers is not None
-        future = self.workers.submit(_contained, fn)
         try:
-            ok, value = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)),
-                                               self.limits.query_timeout_s)
-        except TimeoutError:
-            raise self._timed_out(started=not future.cancel()) from None
-        if not ok:
-            raise value
-        return value
+            return self.workers.call(fn, *args)
+        except WorkerError as err:
+            raise self._stopped(err) from None
 
-    def _timed_out(self, started: bool) -> EndpointError:
-        return EndpointError(503, (
-            f"the query did not finish within the endpoint's time limit of {self.limits.query_timeout_s:g} s "
-            + ("and was abandoned; it still runs to completion on a worker thread"
-               if started else "because all query workers were busy; it was not started")))
+    async def run_limited_async(self, fn: Callable[..., T], *args: Any) -> T:
+        """:meth:`run_limited` for an async route: the event loop awaits the worker's thread directly."""
+        assert self.workers is not None
+        try:
+            return await self.workers.call_async(fn, *args)
+        except WorkerError as err:
+            raise self._stopped(err) from None
+
+    def _stopped(self, err: WorkerError) -> EndpointError:
+        limit = self.limits.query_timeout_s
+        if err.reason == "timeout":
+            return EndpointError(503, f"the query did not finish within the endpoint's time limit of {limit:g} s; "
+                                      f"{err}")
+        if err.reason == "busy":
+            return EndpointError(503, f"the query did not start within the endpoint's time limit of {limit:g} s: "
+                                      f"{err}")
+        return EndpointError(503, f"the query was stopped: {err} (memory limit "
+                                  f"{self.limits.query_memory_mb or 'none'} MiB per worker)")
+
+    def check_text(self, text: str, *, update: bool) -> None:
+        """400/403 for SPARQL text the guard refuses (`sparql_guard.check_sparql`), before anything parses it."""
+        try:
+            check_sparql(text, update=update, bounds=self.limits.bounds())
+        except SparqlRefused as err:
+            raise EndpointError(err.status, str(err)) from None
+
+    def close(self) -> None:
+        """Stop the worker processes (a later call forks new ones)."""
+        if self.workers is not None:
+            self.workers.close()
 
     def require_write(self, request: Request) -> None:
         """Updates need ``allow_update`` (else 403) and ``Authorization: Bearer <token>`` (else 401)."""
@@ -106,23 +133,6 @@ class EndpointSettings:
                                      "endpoint's result cap); add LIMIT or narrow the query")
 
 
-def _contained(fn: Callable[[], T]) -> tuple[bool, object]:
-    """Run ``fn``, returning its value or its exception stripped of tracebacks.
-
-    pyoxigraph result iterators must be dropped on the thread that made them; a traceback would keep
-    the worker's frames (and such iterators) alive into the request thread.
-    """
-    try:
-        return True, fn()
-    except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
-        err: BaseException | None = exc
-        while err is not None:
-            err.__traceback__ = None
-            err = err.__cause__ or err.__context__
-        exc.__context__ = None
-        return False, exc
-
-
 async def read_body(request: Request, cap: int) -> bytes:
     """The request body, refusing (413) anything over ``cap`` bytes before reading it all."""
     declared = request.headers.get("content-length")
@@ -135,6 +145,43 @@ async def read_body(request: Request, cap: int) -> bytes:
             raise EndpointError(413, f"the request body is over the limit of {cap} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def strict_text(data: bytes, what: str) -> str:
+    """``data`` as UTF-8 text, or 400 naming ``what`` (invalid UTF-8, CESU-8 surrogates included)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise EndpointError(400, f"{what} is not valid UTF-8 (byte {err.start}: {err.reason})") from None
+
+
+def no_surrogates(text: str, what: str) -> str:
+    """``text`` unless it holds a lone surrogate (``"\\ud800"`` in JSON), which no UTF-8 text can; else 400."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise EndpointError(400, f"{what} holds a lone surrogate (U+{ord(text[err.start]):04X} at character "
+                                 f"{err.start}), which is not text") from None
+    return text
+
+
+def strict_form(text: str, what: str) -> list[tuple[str, str]]:
+    """The ``key=value&…`` pairs of a URL query or form body, percent-decoded as strict UTF-8 (else 400)."""
+    pairs = []
+    for item in text.split("&"):
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        pairs.append((strict_text(unquote_to_bytes(key.replace("+", " ")), what),
+                      strict_text(unquote_to_bytes(value.replace("+", " ")), what)))
+    return pairs
+
+
+async def utf8_request(request: Request) -> None:
+    """Router dependency: 400 when the request's path or query string percent-decodes to invalid UTF-8."""
+    raw_path = request.scope.get("raw_path") or b""
+    strict_text(unquote_to_bytes(raw_path), "the request path")
+    strict_text(unquote_to_bytes(request.scope.get("query_string") or b""), "the query string")
 
 
 @contextmanager

@@ -7,7 +7,19 @@ class DebugtuneError(Exception):
     """Base class of every error debugtune reports to the user as a message (not a stack trace).
 
     Every stage's own errors derive from it; the CLI prints ``error: <message>`` and exits with 2.
+    Errors pickle with their attributes whatever their ``__init__`` takes (a query worker process
+    sends them back to the server, `kg.query_workers`).
     """
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(cls: type[DebugtuneError], args: tuple, state: dict) -> DebugtuneError:
+    err = cls.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
 
 
 class KgError(DebugtuneError):
@@ -47,3 +59,13 @@ class StoreLockedError(KgError):
 
 class FixpointError(KgError):
     """Inference rules still derived new triples after the maximum number of rounds."""
+
+
+class SparqlRefused(KgError):
+    """SPARQL text refused before it is parsed: a federated fetch (SERVICE, LOAD) that is not allowed, or a
+    text too large or too deeply nested for the parser (docs/server.md, "Limits"); names the position."""
+
+    def __init__(self, message: str, *, status: int = 400, line: int | None = None, column: int | None = None):
+        self.status, self.line, self.column, self.detail = status, line, column, message
+        where = "" if line is None else f" at line {line}, column {column}"
+        super().__init__(f"SPARQL refused{where}: {message}")

@@ -17,8 +17,10 @@ import pyoxigraph as ox
 from fastapi import APIRouter, Depends, Request, Response
 
 from debugtune.kg.endpoint import EndpointError, EndpointSettings, base_url, store_errors
+from debugtune.kg.errors import RdfSyntaxError
 from debugtune.kg.negotiation import GRAPH_FORMATS, choose, media_type
 from debugtune.kg.sparql import iri
+from debugtune.kg.store import check_rdf_nesting, writing
 
 Target = ox.NamedNode | ox.DefaultGraph
 
@@ -61,6 +63,11 @@ def read_graph(raw: ox.Store, graph: Target, settings: EndpointSettings) -> list
     return out
 
 
+def serialized_graph(raw: ox.Store, graph: Target, media: str, settings: EndpointSettings) -> bytes:
+    """A graph serialised in ``media`` (runs on a query worker)."""
+    return ox.serialize(read_graph(raw, graph, settings), format=GRAPH_FORMATS[media]) or b""
+
+
 def _parse(data: bytes, content_type: str | None, base: str) -> list[ox.Triple]:
     media, charset = media_type(content_type)
     fmt = GRAPH_FORMATS.get(media)
@@ -69,6 +76,10 @@ def _parse(data: bytes, content_type: str | None, base: str) -> list[ox.Triple]:
                                  f"{', '.join(list(GRAPH_FORMATS)[:4])}")
     if charset not in (None, "utf-8", "utf8"):
         raise EndpointError(415, f"only UTF-8 RDF is accepted, not {charset}")
+    try:
+        check_rdf_nesting(data, fmt, "the payload")
+    except RdfSyntaxError as err:
+        raise EndpointError(400, str(err)) from None
     try:
         return [t if isinstance(t, ox.Triple) else ox.Triple(t.subject, t.predicate, t.object)
                 for t in ox.parse(data, format=fmt, base_iri=base)]
@@ -127,8 +138,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
             raise EndpointError(406, f"graphs are available as {', '.join(list(GRAPH_FORMATS)[:4])}")
         if not exists(raw, graph):
             raise EndpointError(404, f"no graph {graph}")
-        content = settings.run_limited(
-            lambda: ox.serialize(read_graph(raw, graph, settings), format=GRAPH_FORMATS[media]) or b"")
+        content = settings.run_limited(serialized_graph, raw, graph, media, settings)
         return Response(content, media_type=media + "; charset=utf-8", headers={"Vary": "Accept"})
 
     def write(request: Request, data: bytes, direct: bool) -> Response:
@@ -138,7 +148,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
         if method == "DELETE":
             if graph is None or not exists(raw, graph):
                 raise EndpointError(404, f"no graph {graph}" if graph is not None else "name a graph to delete")
-            with store_errors("delete"):
+            with store_errors("delete"), writing():
                 drop_graph(raw, graph)
             return Response(status_code=200)
         headers = {}
@@ -150,7 +160,7 @@ def add_graph_store_routes(router: APIRouter, raw: ox.Store, settings: EndpointS
         base = graph.value if isinstance(graph, ox.NamedNode) else base_url(request)
         triples = parse_payload(data, request.headers.get("content-type"), base)
         created = not exists(raw, graph) if isinstance(graph, ox.NamedNode) else _is_empty(raw, graph)
-        with store_errors("write"):
+        with store_errors("write"), writing():
             write_graph(raw, graph, triples, replace=method == "PUT")
         if created:
             return Response(status_code=201, headers=headers)

@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -120,7 +121,7 @@ def read_archive(path: str | os.PathLike[str], limits: ArchiveLimits = ArchiveLi
         raise PackageError(source, "no such file")
     try:
         zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as err:
+    except (zipfile.BadZipFile, OSError, NotImplementedError, ValueError, EOFError) as err:
         raise PackageError(source, f"not a zip archive ({err})") from None
     with zf:
         infos = [i for i in zf.infolist() if not i.is_dir()]
@@ -146,7 +147,8 @@ def read_archive(path: str | os.PathLike[str], limits: ArchiveLimits = ArchiveLi
         for info in infos:
             try:
                 data = _read_capped(zf, info, min(limits.max_file_bytes, info.file_size), source)
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError) as err:
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, RuntimeError, NotImplementedError,
+                    zlib.error) as err:
                 raise PackageError(source, f"entry {info.filename!r}: cannot be read ({err})") from None
             total += len(data)
             if total > limits.max_total_bytes:

@@ -20,8 +20,10 @@ from typing import Any
 import pyoxigraph as ox
 
 from debugtune import ontology
+from debugtune.kg.errors import RdfSyntaxError
 from debugtune.kg.namespaces import DCT, RDF, SCHEMA
 from debugtune.kg.package_archive import METADATA, PackageError
+from debugtune.kg.store import check_rdf_nesting
 
 RO_CRATE_SPEC = "https://w3id.org/ro/crate/1.1"
 RO_CRATE_CONTEXT = "https://w3id.org/ro/crate/1.1/context"
@@ -152,9 +154,13 @@ def parse_metadata(data: bytes, base_iri: str, source: str = METADATA) -> list[o
     """The triples of an ``ro-crate-metadata.json`` (relative ids resolved against ``base_iri``)."""
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
         raise PackageError(source, f"malformed JSON ({err})") from None
     text = json.dumps(_offline(doc, source)).encode()
+    try:
+        check_rdf_nesting(text, ox.RdfFormat.JSON_LD, source)
+    except RdfSyntaxError as err:
+        raise PackageError(source, str(err)) from None
     try:
         return [ox.Triple(t.subject, t.predicate, t.object)
                 for t in ox.parse(text, format=ox.RdfFormat.JSON_LD, base_iri=base_iri)]

@@ -6,13 +6,17 @@ graph(s), and provenance on the crate's root (a ``dt:CasePackage``): the content
 it and when, its licence and attribution. Before anything is written the archive passes
 `package_archive.read_archive`, the crate structure `package_crate.read_crate`, the SHACL shapes
 (`package_validate`) and the clash check (`package_clash`); any refusal raises `PackageError` and
-leaves the store as it was. The same content imported twice is reported as already imported.
-Nothing in a package is ever executed here.
+leaves the store as it was. A case is imported once: the same archive, or another archive with the
+same case graph (`case_graph_hash`: its RDF parts with blank nodes and the package base neutralised,
+so re-serialised metadata does not make a new case), is reported as already imported; a package
+whose case IRI another graph already holds as a case is refused. Nothing in a package is ever
+executed here.
 """
 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from debugtune.kg.errors import RdfSyntaxError
+from debugtune.kg.input_errors import reading
 from debugtune.kg.namespaces import DCT, DT, PROV, RDF, SCHEMA, SKOS, XSD, package_graph
 from debugtune.kg.package_archive import METADATA, SANDBOX_DIR, ArchiveLimits, PackageError, content_hash, read_archive
 from debugtune.kg.package_clash import Clash, find_clashes
@@ -71,6 +76,37 @@ def _case_triples(files: Mapping[str, bytes], crate: CrateInfo, base: str, sourc
     return out
 
 
+_CANONICAL_BASE = base_iri("canonical")
+
+
+def _term_key(term: Any, bnodes: Mapping[str, str]) -> str:
+    if isinstance(term, ox.BlankNode):
+        return bnodes.get(term.value, "_:b")
+    if isinstance(term, ox.Triple):
+        return "<<" + " ".join(_term_key(x, bnodes) for x in (term.subject, term.predicate, term.object)) + ">>"
+    return str(term)
+
+
+def case_graph_hash(triples: Sequence[ox.Triple]) -> str:
+    """sha256 of a case graph that does not depend on blank-node labels or on how its files were serialised.
+
+    Each blank node is named by the hash of what it says (its outgoing triples, blank objects as a
+    placeholder), then the sorted N-Triples lines are hashed: linear, unlike full RDF canonicalisation.
+    """
+    out: dict[str, list[str]] = {}
+    for t in triples:
+        if isinstance(t.subject, ox.BlankNode):
+            out.setdefault(t.subject.value, []).append(f"{t.predicate} {_term_key(t.object, {})}")
+    names = {b: "_:" + hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32] for b, lines in out.items()}
+    lines = sorted({" ".join(_term_key(x, names) for x in (t.subject, t.predicate, t.object)) for t in triples})
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def case_graph_node(digest: str) -> ox.NamedNode:
+    """The node a package's root names (``dct:hasPart``) for the case graph it holds."""
+    return ox.NamedNode(f"urn:debugtune:case-graph:{digest}")
+
+
 def package_triples(files: Mapping[str, bytes], base: str, source: str) -> tuple[CrateInfo, list[ox.Triple]]:
     """The crate summary and all triples (metadata + RDF parts) of a package, after the structural checks."""
     crate = read_crate(files[METADATA], base, f"{source}:{METADATA}")
@@ -111,14 +147,32 @@ def check_shapes(store: Store, triples: Sequence[ox.Triple], source: str) -> Non
 def check_package(store: Store, files: Mapping[str, bytes], source: str,
                   base: str = base_iri("unverified")) -> tuple[CrateInfo, list[ox.Triple]]:
     """Structure and SHACL shapes of a package (what export and import both check); PackageError if bad."""
-    crate, triples = package_triples(files, base, source)
-    check_shapes(store, triples, source)
+    with reading(source, _package_error):
+        crate, triples = package_triples(files, base, source)
+        check_shapes(store, triples, source)
     return crate, triples
 
 
 def is_imported(store: Store, digest: str) -> bool:
     """Whether the package with this content hash has a graph in the store."""
     return bool(store.query(f"ASK {{ GRAPH {iri(package_graph(digest))} {{ ?s ?p ?o }} }}", prefixes=False))
+
+
+def _graph_holding_case(store: Store, case_digest: str) -> str | None:
+    """The package graph that already holds a case graph with this hash, if any."""
+    rows = store.query(f"SELECT ?g WHERE {{ GRAPH ?g {{ ?root a dt:CasePackage ; dct:hasPart "
+                       f"{iri(case_graph_node(case_digest).value)} }} }} LIMIT 1").rows
+    return str(rows[0][0].value) if rows else None
+
+
+def _cases_held(store: Store, cases: Sequence[str]) -> list[tuple[str, str]]:
+    """(case, graph) for each of ``cases`` some graph already holds as a dt:Case."""
+    if not cases:
+        return []
+    values = " ".join(iri(c) for c in cases)
+    rows = store.query(f"SELECT ?case ?g WHERE {{ VALUES ?case {{ {values} }} GRAPH ?g {{ ?case a dt:Case }} }} "
+                       "ORDER BY ?case ?g").rows
+    return [(str(c.value), str(g.value)) for c, g in rows]
 
 
 def _provenance(crate: CrateInfo, digest: str, importer: str, clashes: Sequence[Clash],
@@ -152,7 +206,18 @@ def _importer() -> str:
 def import_package(store: Store, path: str | os.PathLike[str], *, allow_clash: bool = False,
                    importer: str | None = None, limits: ArchiveLimits = ArchiveLimits()) -> ImportResult:
     """Import a package into its own named graph (see the module docstring); one atomic write."""
-    source = str(path)
+    with reading(path, _package_error):
+        return _import(store, str(path), allow_clash, importer, limits)
+
+
+def _package_error(path: str, message: str, line: int | None, field: str | None) -> PackageError:
+    where = "".join(f" ({k} {v})" for k, v in (("line", line), ("field", field)) if v is not None)
+    return PackageError(path, message + where)
+
+
+def _import(store: Store, source: str, allow_clash: bool, importer: str | None,
+            limits: ArchiveLimits) -> ImportResult:
+    path = source
     files = read_archive(path, limits)
     digest = content_hash(files)
     graph, base = package_graph(digest), base_iri(digest)
@@ -160,9 +225,17 @@ def import_package(store: Store, path: str | os.PathLike[str], *, allow_clash: b
     cases = tuple(sorted(t.subject.value for t in triples
                          if t.predicate.value == RDF + "type" and t.object == ox.NamedNode(DT + "Case")))
     sandbox = any(n.startswith(SANDBOX_DIR + "/") for n in files)
-    if is_imported(store, digest):
+    case_digest = case_graph_hash(_case_triples(files, crate, _CANONICAL_BASE, source))
+    same = _graph_holding_case(store, case_digest)
+    if is_imported(store, digest) or same:
+        graph = same or graph
         return ImportResult(digest, graph, crate.root, cases, store.count(graph), True, (), crate.licenses,
                             crate.authors, sandbox)
+    held = _cases_held(store, cases)
+    if held:
+        listing = ", ".join(f"{case} (in {where})" for case, where in held[:5])
+        raise PackageError(source, f"case(s) already in the store with different content: {listing}; a case is "
+                                   "imported once (remove that graph first to replace it)")
     clashes = tuple(find_clashes(store, triples))
     if clashes and not allow_clash:
         listing = "\n".join(f"  - {c}" for c in clashes[:10]) + (
@@ -170,7 +243,8 @@ def import_package(store: Store, path: str | os.PathLike[str], *, allow_clash: b
         raise PackageError(source, f"{len(clashes)} statement(s) clash with the knowledge base; nothing imported "
                                    f"(use --allow-clash to keep them inside the package's own graph):\n{listing}")
     check_shapes(store, triples, source)
-    everything = [*triples, *_provenance(crate, digest, importer or _importer(), clashes, datetime.now(UTC))]
+    everything = [*triples, *_provenance(crate, digest, importer or _importer(), clashes, datetime.now(UTC)),
+                  ox.Triple(ox.NamedNode(crate.root), ox.NamedNode(DCT + "hasPart"), case_graph_node(case_digest))]
     added = store.load(everything, graph=graph)
     return ImportResult(digest, graph, crate.root, cases, added, False, clashes, crate.licenses, crate.authors,
                         sandbox)

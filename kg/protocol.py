@@ -5,8 +5,10 @@ without FROM sees the union of all graphs as its default graph, like ``oxigraph 
 --union-default-graph`` (so debugtune's remote store works against it); a protocol dataset replaces
 the query's own, and ``default-graph-uri`` alone leaves no named graphs. Updates and the Graph Store
 ``?default`` graph use the store's real default graph. ``using-graph-uri``/``using-named-graph-uri``
-become ``USING`` clauses (pyoxigraph's update takes no dataset). Routes are plain ``def`` functions,
-so pyoxigraph calls run off the event loop.
+become ``USING`` clauses (pyoxigraph's update takes no dataset). Every text passes the SPARQL guard
+(`sparql_guard`: no SERVICE/LOAD unless allowed, bounded size and nesting) before it is parsed;
+queries run in the worker processes (`query_workers`), updates in the server under `store.writing`.
+Requests whose path, query string or body is not UTF-8 get 400.
 """
 
 from __future__ import annotations
@@ -15,18 +17,27 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
 
 import pyoxigraph as ox
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from debugtune.kg.endpoint import EndpointError, EndpointSettings, Limits, base_url, read_body, store_errors
+from debugtune.kg.endpoint import (
+    EndpointError,
+    EndpointSettings,
+    Limits,
+    base_url,
+    read_body,
+    store_errors,
+    strict_form,
+    strict_text,
+    utf8_request,
+)
 from debugtune.kg.errors import KgError
 from debugtune.kg.namespaces import PREFIXES
 from debugtune.kg.negotiation import BOOLEAN_TYPES, GRAPH_FORMATS, RESULTS_FORMATS, choose, media_type
-from debugtune.kg.sparql_scan import DatasetConflict, names_dataset, query_form, uses, with_using
-from debugtune.kg.store import OxigraphStore, Store
+from debugtune.kg.sparql_scan import DatasetConflict, names_dataset, query_form, with_using
+from debugtune.kg.store import OxigraphStore, Store, writing
 
 _XSD_STRING = "http://www.w3.org/2001/XMLSchema#string"
 _LANG_STRING = "http://www.w3.org/1999/02/22-rdf-syntax-ns#langString"
@@ -46,10 +57,7 @@ class Operation:
 def _decode(body: bytes, charset: str | None) -> str:
     if charset not in (None, "utf-8", "utf8"):
         raise EndpointError(415, f"only UTF-8 request bodies are accepted, not {charset}")
-    try:
-        return body.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise EndpointError(400, f"the request body is not UTF-8: {err}") from None
+    return strict_text(body, "the request body")
 
 
 def _iris(values: Iterable[str], name: str) -> tuple[str, ...]:
@@ -71,7 +79,7 @@ def parse_operation(method: str, url_params: list[tuple[str, str]], content_type
     direct: tuple[str, str] | None = None
     if method == "POST":
         if media == _FORMS:
-            params += parse_qsl(_decode(body, charset), keep_blank_values=True)
+            params += strict_form(_decode(body, charset), "the form body")
         elif media in ("application/sparql-query", "application/sparql-update"):
             direct = ("query" if media.endswith("query") else "update", _decode(body, charset))
         else:
@@ -172,7 +180,7 @@ def run_update(raw: ox.Store, op: Operation, base: str) -> None:
         text = with_using(op.text, op.graphs, op.named)
     except DatasetConflict as err:
         raise EndpointError(400, str(err)) from None
-    with store_errors("update"):
+    with store_errors("update"), writing():
         raw.update(text, base_iri=base, prefixes=PREFIXES)
 
 
@@ -197,7 +205,8 @@ def protocol_router(store: Store | ox.Store, *, allow_update: bool = False, toke
 
     raw = embedded(store)
     settings = settings or EndpointSettings(limits or Limits(), allow_update, token)
-    router = APIRouter()
+    settings.share(store)
+    router = APIRouter(dependencies=[Depends(utf8_request)])
 
     async def body(request: Request) -> bytes:
         return await read_body(request, settings.limits.max_body_bytes)
@@ -205,15 +214,14 @@ def protocol_router(store: Store | ox.Store, *, allow_update: bool = False, toke
     async def handle(request: Request, data: bytes) -> Response:
         op = parse_operation(request.method, list(request.query_params.multi_items()),
                              request.headers.get("content-type"), data)
-        if not settings.limits.allow_service and uses(op.text, "SERVICE"):
-            raise EndpointError(403, "SERVICE (federated query) is disabled on this endpoint")
+        settings.check_text(op.text, update=op.kind == "update")
         base, accept = base_url(request), request.headers.get("accept")
         if op.kind == "update":
             settings.require_write(request)
             await run_in_threadpool(run_update, raw, op, base)
             return Response(status_code=204)
         _offers_exist(query_form(op.text), accept)
-        content, media = await settings.run_limited_async(lambda: run_query(raw, op, base, accept, settings))
+        content, media = await settings.run_limited_async(run_query, raw, op, base, accept, settings)
         charset = "; charset=utf-8" if media.startswith(("text/", "application/")) else ""
         return Response(content, media_type=media + charset, headers={"Vary": "Accept"})
 

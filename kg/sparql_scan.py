@@ -1,19 +1,18 @@
-"""A light lexical scan of SPARQL text: keywords with their brace depth, skipping strings, IRIs and comments.
+"""What the endpoint reads off SPARQL text without parsing it: the query form, whether it names its own
+dataset (FROM), and where the WHERE clauses of an update are (to add protocol ``USING`` clauses).
 
-Enough to tell a query's form, whether it names its own dataset (FROM), where the WHERE clauses of
-an update are (to add protocol ``USING`` clauses), and whether SERVICE is used — without a full parser.
+Built on the terminals of `sparql_lexer.tokens`; the SERVICE/LOAD and size checks are `sparql_guard`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from debugtune.kg.sparql import iri
+from debugtune.kg.sparql_lexer import tokens
 
-_IRI = re.compile(r'<[^<>"{}|^`\\\x00-\x20]*>')
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 QUERY_FORMS = ("SELECT", "ASK", "CONSTRUCT", "DESCRIBE")
 
 
@@ -27,60 +26,18 @@ class Word:
     depth: int
 
 
-def _string_end(text: str, i: int) -> int:
-    quote = text[i]
-    long = text.startswith(quote * 3, i)
-    j = i + (3 if long else 1)
-    while j < len(text):
-        c = text[j]
-        if c == "\\":
-            j += 2
-            continue
-        if long and text.startswith(quote * 3, j):
-            return j + 3
-        if not long and (c == quote or c == "\n"):
-            return j + 1
-        j += 1
-    return len(text)
-
-
 def words(text: str) -> list[Word]:
     """Keywords and names outside strings, IRIs and comments (not variables, not prefixed names)."""
-    out: list[Word] = []
-    depth, i, n = 0, 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "#":
-            nl = text.find("\n", i)
-            i = n if nl < 0 else nl + 1
-        elif c in "\"'":
-            i = _string_end(text, i)
-        elif c == "<":
-            m = _IRI.match(text, i)
-            i = m.end() if m else i + 1
-        elif c in "{(":
-            depth += c == "{"
-            i += 1
-        elif c in "})":
-            depth -= c == "}"
-            i += 1
-        elif c in "?$":
-            m = _WORD.match(text, i + 1)
-            i = m.end() if m else i + 1
-        elif c.isalpha() or c == "_":
-            m = _WORD.match(text, i)
-            assert m is not None
-            end = m.end()
-            prefixed = end < n and text[end] == ":"
-            while end < n and (text[end].isalnum() or text[end] in "_-.:%"):
-                end += 1  # the rest of a prefixed name (ex:from) is not a keyword
-            preceded = i > 0 and (text[i - 1] in ":@" or text[i - 1].isdigit())
-            if not prefixed and not preceded:
-                out.append(Word(m.group().upper(), i, m.end(), depth))
-            i = end
-        else:
-            i += 1
-    return out
+    return list(_words(text)) if len(text) <= 8192 else list(_scan_words(text))
+
+
+@lru_cache(maxsize=1024)
+def _words(text: str) -> tuple[Word, ...]:
+    return _scan_words(text)
+
+
+def _scan_words(text: str) -> tuple[Word, ...]:
+    return tuple(Word(t.text.upper(), t.start, t.end, t.depth) for t in tokens(text) if t.kind == "word")
 
 
 def query_form(text: str) -> str | None:
@@ -93,32 +50,13 @@ def names_dataset(text: str) -> bool:
     return any(w.depth == 0 and w.text == "FROM" for w in words(text))
 
 
-def uses(text: str, keyword: str) -> bool:
-    """Whether ``keyword`` occurs as a keyword anywhere (e.g. SERVICE)."""
-    return any(w.text == keyword for w in words(text))
-
-
 def _block_end(text: str, start: int) -> int:
     """The offset just after the ``{…}`` block opening at or after ``start``."""
-    depth, i = 0, text.index("{", start)
-    while i < len(text):
-        c = text[i]
-        if c in "\"'":
-            i = _string_end(text, i)
-            continue
-        if c == "<":
-            m = _IRI.match(text, i)
-            if m:
-                i = m.end()
-                continue
-        if c == "#":
-            nl = text.find("\n", i)
-            i = len(text) if nl < 0 else nl + 1
-            continue
-        depth += (c == "{") - (c == "}")
-        i += 1
-        if depth == 0:
-            return i
+    toks = [t for t in tokens(text) if t.start >= start]
+    first = next(k for k, t in enumerate(toks) if t.text == "{")
+    for t in toks[first + 1:]:
+        if t.text == "}" and t.depth == toks[first].depth:
+            return t.end
     return len(text)
 
 

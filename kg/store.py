@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,25 @@ _EXT_FORMATS = {
 }
 _QUAD_FORMATS = {ox.RdfFormat.N_QUADS, ox.RdfFormat.TRIG}
 _POSITION = re.compile(r"(?:line (\d+) column (\d+))|(?:at (\d+):(\d+))")
+
+WRITE_LOCK = threading.RLock()
+"""Held by every write to an embedded store in this process (query workers fork only between writes)."""
+_writes = [0]
+
+
+def write_generation() -> int:
+    """How many writes embedded stores of this process have taken (a query worker older than that is stale)."""
+    return _writes[0]
+
+
+@contextmanager
+def writing() -> Iterator[None]:
+    """One write to an embedded store: holds `WRITE_LOCK` and counts the write when it ends."""
+    with WRITE_LOCK:
+        try:
+            yield
+        finally:
+            _writes[0] += 1
 
 
 def rdf_format(path: str | os.PathLike[str], fmt: str | ox.RdfFormat | None = None) -> ox.RdfFormat:
@@ -70,8 +91,41 @@ def sparql_error(text: str, err: Exception, prefixed: bool) -> SparqlSyntaxError
     return SparqlSyntaxError(text, message, line, col)
 
 
+MAX_RDF_NESTING = 1000
+"""Deepest nesting of JSON-LD objects/arrays or of RDF 1.2 triple terms (``<<…>>``) parsed: Oxigraph's
+parsers recurse on them and overflow the stack (and kill the process) at a few thousand levels."""
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(rb"[\[\]{}]")
+_TRIPLE_TERM = re.compile(rb"<<|>>")
+
+
+def rdf_nesting(data: bytes, fmt: ox.RdfFormat) -> int:
+    """How deep ``data`` nests what Oxigraph's parser recurses on (an upper bound; cheap when there is none)."""
+    if fmt == ox.RdfFormat.JSON_LD:
+        marks, opening = _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", data)), (b"[", b"{")
+    elif b"<<" in data:
+        marks, opening = _TRIPLE_TERM.finditer(data), (b"<<",)
+    else:
+        return 0
+    depth = deepest = 0
+    for m in marks:
+        depth = depth + 1 if m.group() in opening else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def check_rdf_nesting(data: bytes, fmt: ox.RdfFormat, source: str) -> None:
+    """RdfSyntaxError naming ``source`` when ``data`` nests deeper than `MAX_RDF_NESTING`."""
+    depth = rdf_nesting(data, fmt)
+    if depth > MAX_RDF_NESTING:
+        raise RdfSyntaxError(source, f"nested {depth} levels deep (JSON-LD objects and arrays, or << >> triple "
+                                     f"terms); the limit is {MAX_RDF_NESTING}")
+
+
 def parse_rdf(data: bytes, fmt: ox.RdfFormat, source: str, base_iri: str | None = None) -> list[Any]:
     """Parse RDF bytes into triples or quads; a syntax error names ``source``, line and column."""
+    check_rdf_nesting(data, fmt, source)
     try:
         return list(ox.parse(data, format=fmt, base_iri=base_iri))
     except SyntaxError as err:
@@ -159,6 +213,13 @@ class Store(ABC):
         assert isinstance(result, GraphResult)
         return result.serialize(fmt)
 
+    def version(self) -> int | None:
+        """A number that changes whenever the store's content may have (None: unknown, e.g. a remote store).
+
+        Lets callers cache what they derive from the store (`engine.suggest.stored_cases`).
+        """
+        return None
+
     def close(self) -> None:
         """Release the store (flushes an on-disk store)."""
 
@@ -210,26 +271,41 @@ class OxigraphStore(Store):
     def update(self, sparql, *, base_iri=None, prefixes=True):
         text = with_prefixes(sparql) if prefixes else sparql
         try:
-            self._store.update(text, base_iri=base_iri)
+            with writing():
+                self._store.update(text, base_iri=base_iri)
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
     def _load_quads(self, quads, *, bulk):
-        if bulk and self.path is not None:
-            self._store.bulk_extend(quads)
-        else:
-            self._store.extend(quads)
+        with writing():
+            if bulk and self.path is not None:
+                self._store.bulk_extend(quads)
+            else:
+                self._store.extend(quads)
 
     def graphs(self):
         return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
 
     def clear(self, graph=None):
-        if graph is None:
-            self._store.clear()
-        else:
-            node = ox.NamedNode(graph)
-            if self._store.contains_named_graph(node):
-                self._store.remove_graph(node)
+        with writing():
+            if graph is None:
+                self._store.clear()
+            else:
+                node = ox.NamedNode(graph)
+                if self._store.contains_named_graph(node):
+                    self._store.remove_graph(node)
+
+    def version(self) -> int | None:
+        # every write of this process counts; a read-only or locked directory sees no other writer
+        return write_generation()
+
+    def use_read_only(self) -> ox.Store:
+        """Switch this object to a read-only handle on its directory (in a query worker process); returns the
+        handle it held, which the caller must keep alive (dropping a RocksDB handle copied by fork may hang)."""
+        old = self._store
+        if self.path is not None:
+            self._store = ox.Store.read_only(str(self.path))
+        return old
 
     def count(self, graph=None):
         if graph is None:

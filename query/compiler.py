@@ -163,6 +163,9 @@ def _suggest(q: ast.SuggestQuery, vocab: Vocabulary) -> Compiled:
         elif c.field.lower() == "cost":
             x = number_value(c, spec)
             limits["max_cost"] = x if c.op == "<=" else math.nextafter(x, -math.inf)
+            if not limits["max_cost"] >= 0:
+                raise DslValueError(f"cost compares with non-negative card-hours, got {c.op} {x}", c.pos.line,
+                                    c.pos.column)
         else:
             x = number_value(c, spec)
             if not abs(x) <= MAX_LIMIT:

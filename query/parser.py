@@ -11,6 +11,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from debugtune.query import ast
+from debugtune.query.clauses import MAX_LIMIT
 from debugtune.query.errors import DslError, DslSyntaxError, DslValueError
 
 GRAMMAR = Path(__file__).with_name("grammar.lark")
@@ -64,6 +65,22 @@ def _pos(tok: Token) -> ast.Pos:
     return ast.Pos(tok.line or 1, tok.column or 1)
 
 
+def _at(tok: Token) -> tuple[int, int]:
+    return tok.line or 1, tok.column or 1
+
+
+def _finite(tok: Token) -> float:
+    """The number a NUMBER token holds; DslValueError at the token when it is not finite (``1e999``)."""
+    value = float(tok)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise DslValueError(f"the number {str(tok)[:20]} is out of range", *_at(tok))
+    return value
+
+
+def _offset_position(text: str, offset: int) -> tuple[int, int]:
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
 def unquote(tok: str) -> str:
     """The text of a quoted STRING token (backslash escapes removed)."""
     return re.sub(r"\\(.)", r"\1", tok[1:-1])
@@ -96,7 +113,7 @@ class _ToAst(Transformer):
         return ast.Ident(unquote(tok) if quoted else str(tok), quoted, _pos(tok))
 
     def number(self, items):
-        return ast.Number(float(items[0]), str(items[1]).lower() if len(items) > 1 else None, str(items[0]))
+        return ast.Number(_finite(items[0]), str(items[1]).lower() if len(items) > 1 else None, str(items[0]))
 
     def name(self, items):
         return ast.Name(str(items[0]))
@@ -120,16 +137,22 @@ class _ToAst(Transformer):
 
     def criterion(self, items):
         weight = _tokens(items, "NUMBER")
-        return ast.Criterion(str(items[0]), float(weight[0]) if weight else None, _pos(items[0]))
+        return ast.Criterion(str(items[0]), _finite(weight[0]) if weight else None, _pos(items[0]))
 
     def rank_clause(self, items):
         return ("rank", tuple(i for i in items if isinstance(i, ast.Criterion)))
 
     def limit_clause(self, items):
-        return ("limit", int(items[1]))
+        tok = items[1]
+        if len(str(tok).lstrip("0")) > len(str(MAX_LIMIT)) or int(tok) > MAX_LIMIT:
+            raise DslValueError(f"limit {str(tok)[:20]} is above the maximum {MAX_LIMIT}", *_at(tok))
+        return ("limit", int(tok))
 
     def threshold_clause(self, items):
-        return ("threshold", float(items[1]))
+        value = _finite(items[1])
+        if not 0 <= value <= 1:
+            raise DslValueError(f"a similarity threshold lies in [0, 1], got {items[1]}", *_at(items[1]))
+        return ("threshold", value)
 
     def _run(self, items):
         return next(i for i in items if isinstance(i, ast.RunRef))
@@ -167,7 +190,11 @@ def parse(text: str) -> ast.Query:
     if not isinstance(text, str):
         raise DslValueError(f"a query is text, got {type(text).__name__}")
     if len(text) > MAX_LENGTH:
-        raise DslValueError(f"the query is {len(text)} characters long; the limit is {MAX_LENGTH}")
+        raise DslValueError(f"the query is {len(text)} characters long; the limit is {MAX_LENGTH}",
+                            *_offset_position(text, MAX_LENGTH))
+    bad = next((i for i, c in enumerate(text) if "\ud800" <= c <= "\udfff"), None)
+    if bad is not None:  # a byte that is not UTF-8 (the command line hands it over as a lone surrogate)
+        raise DslValueError("the query is not valid UTF-8 text here", *_offset_position(text, bad))
     try:
         tree = lark_parser().parse(text)
     except (UnexpectedToken, UnexpectedCharacters, UnexpectedEOF) as err:

@@ -174,3 +174,54 @@ def test_cli_contribute_import_feedback(tmp_path: Path) -> None:
     assert json.loads(fed.output)["remedies"][0]["remedy"] == "RouterInitRescale"
     bad = runner.invoke(tune_app, ["import", str(tmp_path / "missing.zip"), "--store", str(target)])
     assert bad.exit_code != 0 and "no such file" in str(bad.exception)
+
+
+AUDIT = {  # the audit's secrets (issue 18), each planted in every field below
+    "query token": "tok3n-Secret-value", "hf key in a query": "hf_QwErTyUiOpAsDfGhJkLzXcVbNm1234",
+    "user in a URL path": "carolq", "private host": "git.acme-private.example",
+    "private package": "acme-secret-tokenizer", "private path segment": "zeus-notes-2026",
+}
+AUDIT_URL = (f"https://{AUDIT['private host']}/{AUDIT['user in a URL path']}/{AUDIT['private path segment']}"
+             f"?token={AUDIT['query token']}&api_key={AUDIT['hf key in a query']}#top")
+PUBLIC_URL = f"https://github.com/{AUDIT['user in a URL path']}/zeus/issues/7?token={AUDIT['query token']}"
+
+
+def test_every_audit_secret_in_every_field_is_gone(tmp_path: Path) -> None:
+    """URLs in the source, title, description, attribution, run.json, findings, hypotheses and experiments; a
+    private package name in the environment: none of it is in any byte of the package, the report included
+    (main kept the source URL verbatim and named the package in environment.json and the report's "where")."""
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    everywhere = f"{AUDIT_URL} {PUBLIC_URL} {AUDIT['private package']}"
+    write_run_json(run_dir, {
+        "run_id": "r1", "user": AUDIT["user in a URL path"], "framework": "pytorch", "world_size": 1,
+        "model": AUDIT["private package"], "command": everywhere, "notes": {everywhere: everywhere},
+        "environment": {"python": "3.11.7", "platform": {"system": "Linux", "machine": "x86_64"},
+                        "packages": {"torch": "2.13.0+cpu", AUDIT["private package"]: "1.2.3",
+                                     "numpy": "2.4.6"}}})
+    findings = [Finding("ExpertImbalance@r", "ExpertImbalance", "convergence", f"router {AUDIT_URL}", 0, 99, 1.0,
+                        {f"maxvio {AUDIT_URL}": 7.0}, "moe.imbalance")]
+    hypotheses = [Hypothesis("GateInitBias", 0.7, ("GateInitBias", "ExpertImbalance"), ("ExpertImbalance@r",),
+                             f"see {everywhere}", 1)]
+    experiments = [Experiment(f"tune {AUDIT_URL}", "RouterInitRescale",
+                              {"init_std": 0.004, "url": everywhere, everywhere: 1.0},
+                              {"max_vio": 0.3, f"loss@{AUDIT['private host']}": 2.0}, 0.5, 7, "ok",
+                              replay_ref=AUDIT_URL)]
+    st = open_store(None)
+    load_knowledge(st)
+    replace_diagnosis(st, "r1", {"run_dir": str(run_dir), "steps": 100}, findings, (), hypotheses)
+    add_experiments(st, "r1", experiments)
+    result = contribute(st, "r1", tmp_path / "case.zip", options=ContributeOptions(
+        source=AUDIT_URL, title=f"case {everywhere}", description=f"notes at {everywhere}",
+        attribution=f"Carol {AUDIT_URL}"))  # (the attribution keeps a known user name on purpose)
+    leaks = [(kind, name) for kind, secret in AUDIT.items()
+             for name, data in _contents(result.path) if secret.lower().encode() in data.lower()]
+    assert leaks == []
+    files = read_zip(result.path)
+    env = json.loads(files["environment.json"])
+    assert env["packages"]["torch"] == "2.13.0+cpu" and env["packages"]["numpy"] == "2.4.6"
+    assert any(k.startswith("package-") and v == "1.2.3" for k, v in env["packages"].items())
+    case_ttl = files["case.ttl"].decode()
+    assert "dct:source <https://host-" in case_ttl and "github.com/user-" in case_ttl
+    report = json.loads(files["privacy-report.json"])
+    assert {"query", "host", "package"} <= set(report["by_kind"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import sys
+import zlib
 
 from debugtune.cli import (  # noqa: F401  (each module registers its commands)
     contribute_cmd,
@@ -19,6 +21,7 @@ from debugtune.cli import (  # noqa: F401  (each module registers its commands)
 from debugtune.cli.apps import debug_app, tune_app
 from debugtune.cli.common import err_console
 from debugtune.kg.errors import DebugtuneError
+from debugtune.kg.input_errors import failure_message
 
 
 def _run(app) -> None:
@@ -28,6 +31,14 @@ def _run(app) -> None:
         from rich.markup import escape
 
         err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
+        sys.exit(2)
+    except (RecursionError, MemoryError, OverflowError, UnicodeError, zlib.error, gzip.BadGzipFile) as err:
+        # an input no reader guarded against (kg.input_errors guards every reader of outside input): still
+        # one line and exit 2, never a traceback that reads as exit 1 (for lint, "violations found")
+        from rich.markup import escape
+
+        message = failure_message(err) or str(err)
+        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -26,7 +26,8 @@ def import_cmd(
                                                    "omitted) and the file or directory to import.")],
     run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory to create (telemetry/ + run.json).")],
     run_id: Annotated[str | None, typer.Option("--run-id", help="Run id (default: the run directory's name).")] = None,
-    replace: Annotated[bool, typer.Option("--replace", help="Replace an existing run directory.")] = False,
+    replace: Annotated[bool, typer.Option("--replace", help="Replace an existing run directory (one with run.json; "
+                                          "an empty folder is always reused).")] = False,
     device: DeviceOption = None,
     interconnect: InterconnectOption = None,
     json_out: JsonOption = False,

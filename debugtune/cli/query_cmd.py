@@ -12,6 +12,7 @@ from debugtune import settings
 from debugtune.cli.apps import debug_app
 from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, err_console, fail, session_store
 from debugtune.kg.results import AskResult, GraphResult, SelectResult
+from debugtune.kg.sparql_guard import SparqlBounds, check_sparql
 from debugtune.kg.store import Store
 from debugtune.query import DslError, DslResult, compile_text, keywords, run_query
 from debugtune.query.resolve import Vocabulary
@@ -86,14 +87,18 @@ def query(
     sparql: Annotated[bool, typer.Option("--sparql", help="Also print the SPARQL the DSL query runs.")] = False,
     raw_sparql: Annotated[bool, typer.Option("--raw-sparql", help="TEXT is SPARQL, not DSL (dt:, kb:, sosa:, ... "
                                              "prefixes are predeclared).")] = False,
+    allow_service: Annotated[list[str] | None, typer.Option("--allow-service", help="With --raw-sparql: an "
+                             "endpoint IRI that SERVICE may name (repeat for several); none by default.")] = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Query the knowledge graph with the tuning DSL (or raw SPARQL with --raw-sparql)."""
+    if raw_sparql:
+        if not text:
+            fail("give the SPARQL query as the argument")
+        check_sparql(text, bounds=SparqlBounds(services=tuple(allow_service or ())))
     with session_store(store) as st:
         if raw_sparql:
-            if not text:
-                fail("give the SPARQL query as the argument")
             print_result(st.query(text), json_out)
         elif text is None:
             prompt(st, show_sparql=sparql)

@@ -81,12 +81,16 @@ class Probe:
     def __init__(self, model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None,
                  rank: int | None = None, every: int = 1, detail_every: int | None = None, activations: bool = False,
                  hardware: bool = True, thresholds: Mapping[str, float] | None = None, updates: bool = True,
-                 detectors: bool = True, hardware_interval: float | None = None, flush_rows: int = 65536) -> None:
+                 detectors: bool = True, hardware_interval: float | None = None, flush_rows: int = 65536,
+                 flush_seconds: float = 5.0) -> None:
         import torch
 
         self._torch = torch
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # the writer warns and keeps the telemetry in memory (docs/probe.md, "Flushing")
         self.run_id = run_id or self.run_dir.name
         dist = torch.distributed
         self._dist_on = dist.is_available() and dist.is_initialized()
@@ -100,7 +104,9 @@ class Probe:
         self.alarms: list[tuple[int, str, tuple[str, ...]]] = []
         self.meta: dict[str, Any] = {}
         self.closed = False
-        self.writer = TelemetryWriter(self.run_dir, self.run_id, rank=self.rank, flush_rows=flush_rows)
+        # by rows or every flush_seconds; a failing disk drops with a counted error, never raises into training
+        self.writer = TelemetryWriter(self.run_dir, self.run_id, rank=self.rank, flush_rows=flush_rows,
+                                      flush_seconds=flush_seconds, on_error="drop")
 
         th = dict(thresholds) if thresholds is not None else self._load_thresholds()
         self.detail_every, self.detail_from = self._cadence(detail_every, th)
@@ -478,7 +484,8 @@ class Probe:
                        "frozen_names": [lay.names[i] for i in lay.frozen][:100], **self._evidence.outside.report()},
             "routers": [r.name for r in self._routers], "activation_modules": len(self._acts),
             "collectives_timed": self._comm is not None, "sampler": sampler, "disabled": dict(self.disabled),
-            "errors": self.errors.report(), "alarms": len(self.alarms), **self._evidence.report(),
+            "errors": self.errors.report(), "alarms": len(self.alarms), "writer": self.writer.stats(),
+            **self._evidence.report(),
         }
 
     def _write_run_json(self, status: str) -> None:
@@ -512,7 +519,8 @@ def attach(model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | Non
     (default: the knowledge base's ``probe.detail_every``; 1 = on every recorded step).
     ``activations``: forward hooks on activation modules. ``hardware``: the native hardware sampler.
     ``options``: ``thresholds`` (a key → value map instead of the knowledge base), ``updates`` (update/
-    weight ratios; needs a parameter snapshot), ``detectors`` (live alarms), ``hardware_interval`` (s).
+    weight ratios; needs a parameter snapshot), ``detectors`` (live alarms), ``hardware_interval`` (s),
+    ``flush_rows`` / ``flush_seconds`` (telemetry is written every 65,536 rows or 5 s, whichever first).
     Use as a context manager or call ``close()``.
     """
     return Probe(model, optimizer, run_dir, run_id=run_id, rank=rank, every=every, detail_every=detail_every,

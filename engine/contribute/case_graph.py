@@ -218,7 +218,8 @@ def environment(meta: dict[str, Any], scrub: Scrubber) -> dict[str, Any]:
     packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
     kept = {str(k): str(v) for k, v in packages.items()
             if isinstance(v, str) and _PACKAGE.match(str(k)) and _VERSION.match(v)}
-    out["packages"] = scrub.walk(dict(sorted(kept.items())), "environment.json: packages")
+    out["packages"] = {scrub.package(k, "environment.json: packages"): scrub.text(v, "environment.json: packages")
+                       for k, v in sorted(kept.items())}
     left = len(packages) - len(kept) + sum(1 for k in env if k not in (
         "python", "implementation", "platform", "packages", "device_kind", "device_count"))
     if left:

@@ -142,7 +142,8 @@ def contribute(store: Store, run_id: str, out: str | os.PathLike[str], *, run_di
                              "ro-crate-metadata.json: attribution", keep=("user",))
     case_iri = f"urn:debugtune:case:{uuid.uuid4().hex}"
     triples = case_triples(facts, choice, scrub, case_iri=case_iri, attribution=attribution,
-                           title=options.title, description=options.description, source=options.source)
+                           title=options.title, description=options.description,
+                           source=scrub.url(options.source, "case.ttl: source") if options.source else None)
     env = environment(facts.meta, scrub)
     sandbox_files: dict[str, bytes] = {}
     verdict = None

@@ -18,6 +18,13 @@ What is found, in this order:
 - e-mail addresses, IPv4 and IPv6 addresses, absolute file paths (POSIX, ``~/``, Windows, UNC,
   ``file://``), internal host names (``*.internal``, ``*.local``, ``*.corp``, ...);
 - long high-entropy strings (random keys of unknown format).
+
+A URL (the ``--source`` link, or one inside free text) keeps only what is public: its query string and
+fragment are dropped (``?token=…``), credentials removed, a host not on the public list of
+``public_names.json`` replaced by a token (``host-<hex>.invalid``) with every segment of its path, and
+on a public host every path segment scrubbed as text (a known user name in the path goes). A package
+name in environment.json not on that file's list of public-index packages is replaced by a token
+(`public_package`).
 """
 
 from __future__ import annotations
@@ -26,13 +33,17 @@ import getpass
 import hashlib
 import hmac
 import ipaddress
+import json
 import math
 import re
 import secrets
 import socket
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 IDENTIFYING_FIELDS = {
     "user": ("user", "username", "user_name", "owner", "author", "login"),
@@ -69,6 +80,25 @@ _PATH = re.compile(r"(?:\bfile://[^\s\"'<>]*)|(?:\\\\[\w.$-]+\\[^\s\"'<>|]*)|(?:
 _HOST = re.compile(r"(?i)\b[a-z0-9](?:[a-z0-9-]{0,62}\.)+(?:internal|local|localdomain|lan|corp|intranet|intra|home"
                    r"|cluster|svc|priv|private)\b")
 _LONG = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/=_-]{24,}(?![\w+/=-])")
+_URL = re.compile(r"(?i)\bhttps?://[^\s\"'<>`]+")
+PUBLIC_NAMES = Path(__file__).with_name("public_names.json")
+
+
+@cache
+def _public() -> dict[str, frozenset[str]]:
+    data = json.loads(PUBLIC_NAMES.read_text(encoding="utf-8"))
+    return {"packages": frozenset(data["packages"]), "hosts": frozenset(data["hosts"])}
+
+
+def public_package(name: str) -> bool:
+    """Whether a distribution name is on the list of public-index packages (PEP 503 normalised)."""
+    return re.sub(r"[-_.]+", "-", name).lower() in _public()["packages"]
+
+
+def public_host(host: str) -> bool:
+    """Whether a host is a public site a case may link to (the list, or a subdomain of an entry)."""
+    host = host.lower().rstrip(".")
+    return any(host == h or host.endswith("." + h) for h in _public()["hosts"])
 
 
 def _entropy(text: str) -> float:
@@ -177,7 +207,7 @@ class Scrubber:
         """
         if not self.enabled or not value:
             return value
-        out = value
+        out = _URL.sub(lambda m: self.url(m.group(), where, keep=keep), value)
         for pattern, kind in self._term_re:
             if kind not in keep:
                 out = self._sub(pattern, kind, out, where)
@@ -194,6 +224,50 @@ class Scrubber:
         out = self._sub(_HOST, "host", out, where)
         return self._sub(_LONG, "secret", out, where, accept=looks_random)
 
+    def url(self, value: str, where: str, *, keep: Iterable[str] = ()) -> str:
+        """A URL with only its public parts (see the module docstring); anything else is scrubbed as text."""
+        if not self.enabled or not value:
+            return value
+        try:
+            parts = urlsplit(value.strip())
+            host = parts.hostname
+        except ValueError:
+            host = None
+        if host is None or parts.scheme.lower() not in ("http", "https"):
+            if _URL.fullmatch(value.strip()):  # looks like a link but does not parse: nothing of it is kept
+                self._note("url", where)
+                return self.token("url", value)
+            return self.text(value, where, keep=keep)
+        if parts.query or parts.fragment:
+            self._note("query", where, "removed")
+        if parts.username or parts.password:
+            self._note("credential", where, "removed")
+        if public_host(host):
+            netloc = host + (f":{parts.port}" if parts.port else "")
+        else:
+            self._note("host", where)
+            netloc = self.token("host", host.lower()) + ".invalid"
+        if public_host(host):
+            segments = [self._segment(seg, where, keep) for seg in parts.path.split("/")]
+        else:  # nothing of a private server's path is of use to anyone else
+            segments = [self.token("path", seg) if seg else seg for seg in parts.path.split("/")]
+            if any(segments):
+                self._note("path", where)
+        return urlunsplit((parts.scheme.lower(), netloc, "/".join(segments), "", ""))
+
+    def _segment(self, segment: str, where: str, keep: Iterable[str]) -> str:
+        if segment.startswith("~") and len(segment) > 1:  # /~alice/: a user's home on the server
+            self._note("user", where)
+            return self.token("user", segment[1:])
+        return self.text(segment, where, keep=keep) if segment else segment
+
+    def package(self, name: str, where: str) -> str:
+        """A package name as a package may carry it: itself when public (`public_package`), else a token."""
+        if not self.enabled or public_package(name):
+            return name
+        self._note("package", where)
+        return self.token("package", name)
+
     def identifier(self, value: str, kind: str, where: str) -> str:
         """A whole value that identifies something (a run id): always replaced by its token."""
         if not self.enabled:
@@ -209,19 +283,11 @@ class Scrubber:
         """``obj`` (JSON-like) with every string scrubbed, dictionary keys included."""
         if isinstance(obj, str):
             return self.text(obj, where)
-        if isinstance(obj, Mapping):
-            return {self.text(str(k), f"{where} (key)"): self.walk(v, f"{where}.{self._label(k)}")
-                    for k, v in obj.items()}
+        if isinstance(obj, Mapping):  # the report names the place, never a key (a key can be a value)
+            return {self.text(str(k), f"{where} (key)"): self.walk(v, f"{where}.*") for k, v in obj.items()}
         if isinstance(obj, list | tuple):
             return [self.walk(v, f"{where}[]") for v in obj]
         return obj
-
-    def _label(self, key: Any) -> str:
-        """A dictionary key as it may appear in the report (scrubbed, never recorded)."""
-        saved = self._found.copy()
-        label = self.text(str(key), "")
-        self._found = saved
-        return label
 
     def report(self) -> dict[str, Any]:
         """What was removed or hashed where (kinds, places and counts; never a value)."""

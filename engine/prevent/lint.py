@@ -9,10 +9,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from debugtune.kg.input_errors import reading
 from debugtune.kg.store import Store
 
 from .document import ConfigDoc
-from .errors import LintError
+from .errors import LintError, LintInputError
 from .graph import ConfigGraph, config_triples, run_derivations
 from .keys import KeyRegistry
 from .readers.dispatch import read_config
@@ -123,7 +124,8 @@ class Linter:
 
     def read(self, path: str, *, framework: str = "auto", env: dict[str, str] | None = None,
              text: str | None = None) -> ConfigDoc:
-        return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text)
+        with reading(path, _input_error):  # whatever a reader meets fails as unreadable input (kg.input_errors)
+            return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text)
 
     def lint_path(self, path: str, *, framework: str = "auto", version: str | None = None,
                   env: dict[str, str] | None = None, text: str | None = None,
@@ -131,7 +133,8 @@ class Linter:
         """Lint one file (or ``text`` named ``path``); ``only`` restricts the rules run to those ids."""
         start = time.perf_counter()
         doc = self.read(path, framework=framework, env=env, text=text)
-        result = self.lint_doc(doc, version=version, only=only)
+        with reading(path, _input_error):  # values no rule can hold (a 5,000-digit integer) are unreadable too
+            result = self.lint_doc(doc, version=version, only=only)
         result.seconds = time.perf_counter() - start
         return result
 
@@ -210,6 +213,10 @@ class Linter:
             fix=_fill(rule.fix, row), keys=tuple(found), path=doc.path, line=min(lines) if lines else None,
             label=rule.label, error_class=rule.error_class, sources=rule.sources, prevents=rule.prevents,
             learned=rule.learned_from is not None)
+
+
+def _input_error(path: str, message: str, line: int | None, field: str | None) -> LintInputError:
+    return LintInputError(path, message + (f" (at {field})" if field else ""), line)
 
 
 def _fill(template: str, row: dict[str, Any]) -> str:

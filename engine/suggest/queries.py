@@ -82,20 +82,24 @@ def candidate_sparql(run_id: str, *, max_risk_rank: int | None = None, max_cost:
 def cases_sparql(causes: Iterable[str] | None = None) -> str:
     """Every case in any named graph with its signature items, confirmed cause, remedies and outcome.
 
-    With ``causes`` (IRIs), only cases whose confirmed cause is one of them. (Pattern order matters to
-    Oxigraph: the selective patterns come first, the OPTIONALs last.)
+    With ``causes`` (IRIs), only cases whose confirmed cause is one of them. A case is read from the
+    graph that holds it (``GRAPH ?g``), not from the union of all graphs: over the union, each copy of
+    a case in another graph multiplies the rows of every pattern, so the query grew as a power of the
+    copies (issue 18); per graph it is linear in the cases. Only the symptom hierarchy is read from
+    the union. (Pattern order matters to Oxigraph: the selective patterns come first.)
     """
     if causes is None:
-        first, cause = "", "\n  OPTIONAL { ?case dt:confirmedCause ?cause }"
+        first, confirmed, optional_cause = "", "", "\n    OPTIONAL { ?case dt:confirmedCause ?cause }"
     else:
-        first, cause = f"{_values('cause', causes)}\n  ?case dt:confirmedCause ?cause .\n  ", ""
+        first, confirmed, optional_cause = f"{_values('cause', causes)}\n  ", " ; dt:confirmedCause ?cause", ""
     return f"""SELECT ?g ?case ?label ?cause ?remedy ?outcome ?symptom ?location ?severity WHERE {{
-  {first}?case a dt:Case ; dt:signature ?item .
-  ?item dt:symptom ?found ; dt:locationKind ?location ; dt:severity ?severity .
-  GRAPH ?g {{ ?case a dt:Case }}{cause} {_BROADEST}
-  OPTIONAL {{ ?case skos:prefLabel ?label }}
-  OPTIONAL {{ ?case dt:appliedRemedy ?remedy }}
-  OPTIONAL {{ ?case dt:outcome ?outcome }}
+  {first}GRAPH ?g {{
+    ?case a dt:Case{confirmed} ; dt:signature ?item .
+    ?item dt:symptom ?found ; dt:locationKind ?location ; dt:severity ?severity .{optional_cause}
+    OPTIONAL {{ ?case skos:prefLabel ?label }}
+    OPTIONAL {{ ?case dt:appliedRemedy ?remedy }}
+    OPTIONAL {{ ?case dt:outcome ?outcome }}
+  }} {_BROADEST}
 }}"""
 
 

@@ -24,7 +24,13 @@ from debugtune.engine.suggest.remedies import (
     tuning_parameters,
 )
 from debugtune.engine.suggest.settings import SuggestSettings, check_weights, load_settings
-from debugtune.engine.suggest.similarity import normalised_similarity, require_run, run_signature, stored_cases
+from debugtune.engine.suggest.similarity import (
+    StoredCase,
+    normalised_similarity,
+    require_run,
+    run_signature,
+    stored_cases,
+)
 from debugtune.kg.namespaces import local_name
 from debugtune.kg.records import Suggestion
 from debugtune.kg.store import Store
@@ -101,11 +107,14 @@ def _build(store: Store, settings: SuggestSettings, run_id: str, ranked: list[tu
     labels = {k: f.label for k, f in remedy_facts(store, iris).items()}
     all_causes = {c for k in iris for c in causes[k]}
     signature = run_signature(store, run_id, check=False)
-    evidence = [(normalised_similarity(signature, c.signature), c) for c in stored_cases(store, all_causes)]
+    by_remedy: dict[str, list[tuple[float, StoredCase]]] = {}
+    for c in stored_cases(store, all_causes):
+        for remedy in c.remedies:
+            by_remedy.setdefault(remedy, []).append((normalised_similarity(signature, c.signature), c))
     out = []
     for score, k in ranked:
         f, addressed = facts[k], {local_name(c) for c in causes[k]}
-        rests_on = sorted(((s, c.case) for s, c in evidence if c.cause in addressed and local_name(k) in c.remedies),
+        rests_on = sorted(((s, c.case) for s, c in by_remedy.get(local_name(k), ()) if c.cause in addressed),
                           key=lambda x: (-x[0], x[1]))
         out.append(Suggestion(
             remedy=local_name(k), score=score, effectiveness=f.effectiveness, cost=f.cost, risk=f.risk,

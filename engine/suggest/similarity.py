@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from itertools import permutations
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from debugtune.engine.suggest.errors import SuggestError, unknown
 from debugtune.engine.suggest.queries import cases_sparql, run_exists_sparql, signature_sparql
@@ -127,6 +128,7 @@ def case_similarity(signature_a: Iterable[SignatureItem | Sequence[Any]],
     return normalised_similarity(normalise(signature_a), normalise(signature_b))
 
 
+@lru_cache(maxsize=65536)
 def normalised_similarity(a: tuple[SignatureItem, ...], b: tuple[SignatureItem, ...]) -> float:
     """`case_similarity` of two signatures already in `normalise`'s form (no copying or checking)."""
     shared = {x.symptom for x in a} & {y.symptom for y in b}
@@ -166,8 +168,28 @@ def _value(term: Any) -> str | None:
     return None if term is None else term.value
 
 
+_CACHE: WeakKeyDictionary[Store, tuple[int, list[StoredCase]]] = WeakKeyDictionary()
+
+
 def stored_cases(store: Store, causes: Iterable[str] | None = None) -> list[StoredCase]:
-    """Every case of every named graph (or those confirming one of ``causes``, IRIs), sorted by IRI."""
+    """Every case of every named graph (or those confirming one of ``causes``, IRIs), sorted by IRI.
+
+    Read once per version of the store (`Store.version`) and kept: reading a thousand cases takes far
+    longer than a suggestion may (bench/case_scale.py).
+    """
+    version = store.version()
+    if version is None:
+        return _read_cases(store, causes)
+    cached = _CACHE.get(store)
+    if cached is None or cached[0] != version:
+        cached = _CACHE[store] = (version, _read_cases(store, None))
+    if causes is None:
+        return list(cached[1])
+    wanted = {local_name(c) for c in causes}
+    return [c for c in cached[1] if c.cause in wanted]
+
+
+def _read_cases(store: Store, causes: Iterable[str] | None) -> list[StoredCase]:
     result = store.query(cases_sparql(None if causes is None else list(causes)))
     col = {v: i for i, v in enumerate(result.variables)}
     acc: dict[str, dict[str, Any]] = {}

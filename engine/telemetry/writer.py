@@ -4,12 +4,23 @@ Layout: ``<run_dir>/telemetry/rank=<r>/part-<seq>.parquet`` (hive partitioning o
 written under a hidden temporary name (ignored by Arrow dataset readers) and renamed into place, so a
 crash loses at most the rows still in the buffer. Rows of a part are sorted by metric, entity and step so
 that Parquet row-group statistics let readers skip what a filter excludes.
+
+The buffer is flushed when it holds ``flush_rows`` rows or, with ``flush_seconds``, when its oldest row
+is that old (checked on every add): a live run killed with SIGKILL loses at most the last
+``flush_seconds`` of rows (docs/probe.md, "Flushing"). With ``on_error="drop"`` (the probe's choice:
+never disturb the training) a write that fails drops the buffer with a counted error and backs off
+(1 s, doubling to 60 s) instead of retrying an ever larger buffer; rows arriving meanwhile are counted
+as dropped. A directory that cannot be created or written keeps the rows in an in-memory ring instead
+(`recent`), with a warning.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
+import warnings
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -85,28 +96,48 @@ class TelemetryWriter:
     ...     w.add(3, "convergence", "loss", "", 2.31)
     """
 
-    def __init__(self, run_dir: str | Path, run_id: str, rank: int = 0, flush_rows: int = 65536):
+    def __init__(self, run_dir: str | Path, run_id: str, rank: int = 0, flush_rows: int = 65536, *,
+                 flush_seconds: float | None = None, on_error: str = "raise", ring_rows: int = 1_000_000):
         if not run_id or not isinstance(run_id, str):
             raise TelemetryError(run_dir, "run_id must be a non-empty string")
         if int(rank) < 0:
             raise TelemetryError(run_dir, f"rank must be >= 0, got {rank}")
+        if on_error not in ("raise", "drop"):
+            raise TelemetryError(run_dir, f"on_error is 'raise' or 'drop', not {on_error!r}")
         self.run_dir = Path(run_dir)
         self.run_id = run_id
         self.rank = int(rank)
         self.flush_rows = max(1, int(flush_rows))
+        self.flush_seconds = flush_seconds if flush_seconds and flush_seconds > 0 else None
+        self.on_error = on_error
         self.directory = rank_dir(run_dir, rank)
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise TelemetryError(self.directory, f"cannot create telemetry directory: {err}") from err
         self._vocab = {c: _Vocab() for c in _STRING_COLUMNS}
         self._rows: tuple[list, list, list, list, list] = ([], [], [], [], [])  # step, dim, metric, entity, value
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._pending = 0
-        self._seq = self._next_seq()
+        self._oldest = 0.0  # monotonic time of the oldest buffered row
         self.rows_written = 0
         self.parts: list[Path] = []
         self.closed = False
+        self.write_errors = 0
+        self.dropped_rows = 0
+        self.last_error: str | None = None
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self.degraded: str | None = None
+        """Why rows go to the in-memory ring instead of the directory (None: they are written)."""
+        self._ring: deque[pa.Table] = deque()
+        self._ring_rows, self.ring_rows = 0, max(1, int(ring_rows))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._seq = self._next_seq()
+            if on_error == "drop" and not os.access(self.directory, os.W_OK | os.X_OK):
+                raise PermissionError(f"{self.directory} is not writable")
+        except OSError as err:
+            if on_error == "raise":
+                raise TelemetryError(self.directory, f"cannot create telemetry directory: {err}") from err
+            self._seq = 0
+            self._degrade(f"cannot write {self.directory}: {err}")
 
     # -- adding rows -------------------------------------------------------------------------------
     def add(self, step: int, dimension: str, metric: str, entity: str, value: float) -> None:
@@ -122,9 +153,10 @@ class TelemetryWriter:
         rows[2].append(v["metric"].code(metric))
         rows[3].append(v["entity"].code(entity or ""))
         rows[4].append(float(value))
+        if not self._pending:
+            self._oldest = time.monotonic()
         self._pending += 1
-        if self._pending >= self.flush_rows:
-            self.flush()
+        self._maybe_flush()
 
     def add_many(self, step: int, dimension: str, metric: str, entities: Sequence[str] | np.ndarray,
                  values: Sequence[float] | np.ndarray) -> None:
@@ -158,11 +190,52 @@ class TelemetryWriter:
         except (ValueError, TypeError, pa.ArrowException) as err:
             raise TelemetryError(self.directory, f"bad names: {err}") from err
         self._chunks.append((stp.astype(np.int64, copy=False), *cols, vals))
+        if not self._pending:
+            self._oldest = time.monotonic()
         self._pending += n
-        if self._pending >= self.flush_rows:
-            self.flush()
+        self._maybe_flush()
 
     # -- writing -------------------------------------------------------------------------------------
+    def _maybe_flush(self) -> None:
+        due = self._pending >= self.flush_rows or (
+            self.flush_seconds is not None and time.monotonic() - self._oldest >= self.flush_seconds)
+        if not due:
+            return
+        if self.on_error == "drop" and self.degraded is None and time.monotonic() < self._retry_at:
+            self._drop_buffer()  # backing off after a failed write: count the rows, do not retry them
+            return
+        self.flush()
+
+    def _drop_buffer(self) -> None:
+        self.dropped_rows += self._pending
+        self._rows = ([], [], [], [], [])
+        self._chunks = []
+        self._pending = 0
+
+    def _degrade(self, reason: str) -> None:
+        self.degraded = reason
+        warnings.warn(f"telemetry of rank {self.rank} is kept in memory only (the last {self.ring_rows} rows): "
+                      f"{reason}", RuntimeWarning, stacklevel=3)
+
+    def _to_ring(self, table: pa.Table) -> None:
+        self._ring.append(table)
+        self._ring_rows += table.num_rows
+        while self._ring_rows > self.ring_rows and len(self._ring) > 1:
+            gone = self._ring.popleft()
+            self._ring_rows -= gone.num_rows
+            self.dropped_rows += gone.num_rows
+
+    def recent(self) -> pa.Table:
+        """The rows kept in memory while the directory could not be written (`degraded`), oldest first."""
+        return pa.concat_tables(self._ring) if self._ring else SCHEMA.empty_table()
+
+    def stats(self) -> dict[str, Any]:
+        """Rows written, dropped and why (for run.json's probe report)."""
+        return {"rows_written": self.rows_written, "parts": len(self.parts), "write_errors": self.write_errors,
+                "dropped_rows": self.dropped_rows, "last_error": self.last_error, "degraded": self.degraded,
+                "in_memory_rows": self._ring_rows, "flush_rows": self.flush_rows,
+                "flush_seconds": self.flush_seconds}
+
     def _next_seq(self) -> int:
         seqs = [int(m.group(1)) for p in self.directory.iterdir() if (m := _PART.match(p.name))]
         return max(seqs, default=-1) + 1
@@ -196,10 +269,38 @@ class TelemetryWriter:
         return pa.table([arrays[name] for name in SCHEMA.names], names=SCHEMA.names)
 
     def flush(self) -> Path | None:
-        """Write the buffered rows as one new part (temp + rename). Returns its path, or None if empty."""
+        """Write the buffered rows as one new part (temp + rename). Returns its path, or None if empty.
+
+        With ``on_error="drop"`` a failed write drops the buffer (counted in `stats`) and backs off.
+        """
         if self._pending == 0:
             return None
         table = self._table(self._columns())
+        if self.degraded is not None:
+            self._to_ring(table)
+            self._rows, self._chunks, self._pending = ([], [], [], [], []), [], 0
+            return None
+        try:
+            final = self._write(table)
+        except TelemetryError as err:
+            if self.on_error == "raise":
+                raise
+            self.write_errors += 1
+            self.last_error = str(err)[:300]
+            self._backoff = min(60.0, max(1.0, 2 * self._backoff))
+            self._retry_at = time.monotonic() + self._backoff
+            self._drop_buffer()
+            return None
+        self._backoff = 0.0
+        self._rows = ([], [], [], [], [])
+        self._chunks = []
+        self.rows_written += self._pending
+        self._pending = 0
+        self._seq += 1
+        self.parts.append(final)
+        return final
+
+    def _write(self, table: pa.Table) -> Path:
         while (final := self.directory / f"part-{self._seq:06d}.parquet").exists():
             self._seq += 1
         tmp = self.directory / f".{final.name}.{os.getpid()}.tmp"
@@ -212,16 +313,13 @@ class TelemetryWriter:
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
         except BaseException as err:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
             if isinstance(err, OSError | pa.ArrowException):
                 raise TelemetryError(final, f"cannot write telemetry part: {err}") from err
             raise
-        self._rows = ([], [], [], [], [])
-        self._chunks = []
-        self.rows_written += self._pending
-        self._pending = 0
-        self._seq += 1
-        self.parts.append(final)
         return final
 
     def close(self) -> None:

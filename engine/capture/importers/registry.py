@@ -13,6 +13,8 @@ from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
 from debugtune.engine.telemetry import TelemetryError, environment_snapshot, write_run_json
 from debugtune.engine.telemetry.atomic import staged_directory
+from debugtune.engine.telemetry.runmeta import RUN_JSON
+from debugtune.kg.input_errors import reading
 
 
 @dataclass(frozen=True)
@@ -64,14 +66,19 @@ def importer(name: str) -> Importer:
     raise ImportFormatError(name, f"unknown format (known: {', '.join(formats())})")
 
 
+def _input_error(path: str, message: str, line: int | None, field: str | None) -> ImportFormatError:
+    return ImportFormatError(path, message, line=line, field=field)
+
+
 def detect_format(path: str | Path) -> str:
     """The name of the first importer that recognises ``path``; raises when none does."""
     path = Path(path)
     if not path.exists():
         raise ImportFormatError(path, "not found")
     for imp in IMPORTERS:
-        if imp.detect(path):
-            return imp.name
+        with reading(path, _input_error):
+            if imp.detect(path):
+                return imp.name
     raise ImportFormatError(path, f"format not recognised; name it explicitly (one of: {', '.join(formats())})")
 
 
@@ -112,19 +119,24 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
     imp = importer(name)
     if not path.exists():
         raise ImportFormatError(path, "not found")
-    if run_dir.exists() and not replace:
-        if run_dir.is_dir() and not any(run_dir.iterdir()):
+    if run_dir.exists():
+        empty = run_dir.is_dir() and not any(run_dir.iterdir())
+        if empty:
             run_dir.rmdir()
-        else:
+        elif not replace:
             raise TelemetryError(run_dir, "run directory already exists (choose another --run-dir or use --replace)")
+        elif not (run_dir.is_dir() and (run_dir / RUN_JSON).is_file()):
+            raise TelemetryError(run_dir, f"not a run directory (no {RUN_JSON}): --replace only replaces a run "
+                                          "directory or an empty one")
     rid = run_id or run_dir.name
     if device or interconnect:  # an unknown name fails before anything is read
         devices.resolve(None, None, None, device=device, interconnect=interconnect)
     try:
         with staged_directory(run_dir, replace=replace) as stage:
             sink = RunSink(stage, rid, root=path if path.is_dir() else path.parent, flush_rows=flush_rows)
-            imp.load(path, sink)
-            sink.close()
+            with reading(path, _input_error):  # whatever an importer meets fails as bad input (kg.input_errors)
+                imp.load(path, sink)
+                sink.close()
             if sink.rows == 0:
                 raise ImportFormatError(path, f"no telemetry found for format {name!r}")
             meta = {"run_id": rid, "framework": None, "world_size": len(sink.ranks) or None,

@@ -38,6 +38,10 @@ def load_yaml(text: str, path: str) -> Any:
         mark = err.problem_mark or err.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
         raise LintInputError(path, f"invalid YAML: {err.problem or err}", line, col) from None
+    except yaml.reader.ReaderError as err:  # a character YAML refuses: named with its line and column
+        line = text.count("\n", 0, err.position) + 1
+        column = err.position - (text.rfind("\n", 0, err.position) + 1) + 1
+        raise LintInputError(path, f"invalid YAML: character {err.character!r} is not allowed", line, column) from None
     except yaml.YAMLError as err:
         raise LintInputError(path, f"invalid YAML: {err}") from None
 

@@ -60,7 +60,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("gradient.router", "RouterGradVanishing", G, (("router_grad_norm",),),
              (*_GP, "gradient.router.*"), grad.router, grad.gradient_data),
     Detector("gradient.forward_signal", "ForwardSignalVanishing", G, (("output_std",), ("input_std",)),
-             ("gradient.forward_signal.*",), wiring.forward_signal, signature_of=("BadWeightInit",)),
+             ("gradient.forward_signal.*", "gradient.dead_units.act_in_dead_frac"), wiring.forward_signal, signature_of=("BadWeightInit",)),
     Detector("gradient.stale", "StaleGradients", G, (("grad_stale_frac",),), (*_MIN, "gradient.stale.*"),
              wiring.stale_gradients, signature_of=("MissingZeroGrad",)),
     Detector("gradient.not_optimized", "ParametersNotOptimized", G, (("in_optimizer",),),

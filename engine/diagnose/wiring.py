@@ -96,8 +96,16 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
     """At the first step the model's output is orders of magnitude smaller than its input: the weights are too
     small for the signal to propagate through the layers (Glorot & Bengio 2010; He et al. 2015: each layer scales
     the signal's variance by fan_in·Var(W) times the activation's gain, so a scale far below the fan-in
-    expectation shrinks it geometrically with depth)."""
+    expectation shrinks it geometrically with depth). When the hidden layers' inputs are already dead at the
+    first step (ReLUs that never fire), the signal did not shrink but stopped: that is DeadUnits' finding."""
     th = ctx.th
+    if ctx.view.has("act_in_dead_frac"):
+        dead = ctx.view.by_entity("act_in_dead_frac")
+        hidden = [i for i, n in enumerate(dead.labels) if n and str(n) not in layer_order(ctx.view, [
+            str(x) for x in dead.labels if x])[:1]]
+        first = dead.values[hidden, 0] if hidden and dead.values.size else np.zeros(0)
+        if first.size and np.nanmedian(first) >= th["gradient.dead_units.act_in_dead_frac"]:
+            return
     out0, inp0 = _first(ctx, "output_std"), _first(ctx, "input_std")
     if out0 is None or inp0 is None:
         raise NotJudged("no finite output_std or input_std at the first step")

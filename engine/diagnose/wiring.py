@@ -101,8 +101,8 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
     th = ctx.th
     if ctx.view.has("act_in_dead_frac"):
         dead = ctx.view.by_entity("act_in_dead_frac")
-        hidden = [i for i, n in enumerate(dead.labels) if n and str(n) not in layer_order(ctx.view, [
-            str(x) for x in dead.labels if x])[:1]]
+        first_layer = layer_order(ctx.view, [str(x) for x in dead.labels if x])[:1]
+        hidden = [i for i, n in enumerate(dead.labels) if n and str(n) not in first_layer]
         first = dead.values[hidden, 0] if hidden and dead.values.size else np.zeros(0)
         if first.size and np.nanmedian(first) >= th["gradient.dead_units.act_in_dead_frac"]:
             return

@@ -110,6 +110,8 @@ class TuneSpec:
     record: bool = True
     settable: tuple[str, ...] | None = None
     """The tuning parameters the trial can set (None: unknown, any); a remedy needing others is not tuned."""
+    transfer: bool = True
+    """Use the history of similar cases and runs (False: a cold start, the benchmarks' baseline)."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +235,8 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
     budget = Budget.parse(spec.budget).resolve(cost, run_id) if spec.budget else None
     names = [o.name for o in spec.objectives]
     history = load_history(store, run_id, chosen.remedy, names, threshold=spec.similarity)
-    tuner = Tuner(space, spec.objectives, history=history.tasks if spec.strategy == "bayesian" else (),
+    transfer = spec.strategy == "bayesian" and spec.transfer
+    tuner = Tuner(space, spec.objectives, history=history.tasks if transfer else (),
                   prior=history.prior, seed=spec.seed, parallel=spec.parallel, multi_objective=spec.multi_objective,
                   strategy=spec.strategy,
                   stop=StopRule(max_experiments=spec.max_experiments, budget=budget, patience=spec.patience,

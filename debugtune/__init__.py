@@ -4,6 +4,9 @@ Public API (each name is imported on first use, so that ``import debugtune`` sta
 transformers and lightning stay optional):
 
 - ``attach(model, optimizer, run_dir, ...)``: the live probe inside a training loop (docs/probe.md);
+  ``preflight=True`` checks the model against the knowledge base's initialisation checks first;
+- ``checkpoint(run_dir, model, optimizer, ..., step=, trial=, parameters=)``: a replay checkpoint that gives
+  the run its own trial (docs/tune.md);
 - ``HFCallback`` / ``LightningCallback``: the probe as a Hugging Face ``TrainerCallback`` or a Lightning
   ``Callback`` (docs/integrations.md; extras ``hf`` and ``lightning``);
 - ``diagnose(run)``: findings and root causes of a run directory, profiler folder or log (docs/diagnose.md);
@@ -17,8 +20,8 @@ from importlib import import_module as _import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what IDEs and type checkers see; at run time the names load on first use
-    from debugtune.api import diagnose, lint, query, tune
-    from debugtune.engine.capture.probe import Probe, attach
+    from debugtune.api import attach, checkpoint, diagnose, lint, query, tune
+    from debugtune.engine.capture.probe import Probe
     from debugtune.integrations.hf import DebugtuneCallback as HFCallback
     from debugtune.integrations.lightning import DebugtuneCallback as LightningCallback
     from debugtune.kg import open_store
@@ -28,7 +31,8 @@ __version__ = "0.1.0"
 
 # public name → (module, attribute, extra that installs what it needs or None)
 _API: dict[str, tuple[str, str, str | None]] = {
-    "attach": ("debugtune.engine.capture.probe", "attach", "torch"),
+    "attach": ("debugtune.api", "attach", "torch"),
+    "checkpoint": ("debugtune.api", "checkpoint", "torch"),
     "Probe": ("debugtune.engine.capture.probe", "Probe", "torch"),
     "HFCallback": ("debugtune.integrations.hf", "DebugtuneCallback", "hf"),
     "LightningCallback": ("debugtune.integrations.lightning", "DebugtuneCallback", "lightning"),
@@ -40,7 +44,7 @@ _API: dict[str, tuple[str, str, str | None]] = {
     "load_knowledge": ("debugtune.kg.knowledge", "load_knowledge", None),
 }
 
-__all__ = ["HFCallback", "LightningCallback", "Probe", "__version__", "attach", "diagnose", "lint",
+__all__ = ["HFCallback", "LightningCallback", "Probe", "__version__", "attach", "checkpoint", "diagnose", "lint",
            "load_knowledge", "open_store", "query", "tune"]  # a literal, so that static tools read it: = _API
 
 

@@ -19,10 +19,13 @@ from debugtune.kg.namespaces import check_run_id
 from debugtune.query import DslResult
 
 if TYPE_CHECKING:
+    from debugtune.engine.capture.probe import Probe
     from debugtune.engine.prevent import LintResult
+    from debugtune.engine.prevent.preflight import PreflightResult
     from debugtune.engine.tune.auto import AutoResult
+    from debugtune.engine.tune.replay import Checkpoint
 
-__all__ = ["diagnose", "lint", "query", "resolve_run", "tune"]
+__all__ = ["attach", "check_model", "checkpoint", "diagnose", "lint", "query", "resolve_run", "tune"]
 
 IMPORTED_DIR = ".debugtune-run"
 """Where a raw profiler or log folder is imported before it is diagnosed (inside it, or under home())."""
@@ -157,21 +160,81 @@ def lint(*configs: str | os.PathLike[str], framework: str = "auto", version: str
     return [linter.lint_path(str(c), framework=framework, version=version, env=dict(env or {})) for c in configs]
 
 
-def tune(run_id: str, trial: Callable[..., Mapping[str, float]] | str, *, store: Store | None = None,
+def tune(run_id: str, trial: Callable[..., Mapping[str, float]] | str | None = None, *, store: Store | None = None,
          **spec: Any) -> AutoResult:
     """One tuning session for a diagnosed run (docs/tune.md): ``trial`` is a Python callable
-    ``fn(params, [seed=], [checkpoint=]) -> {objective: value}`` or a command template that prints JSON
-    metrics; ``spec`` holds the fields of `debugtune.engine.tune.TuneSpec` (``remedy=`` or
-    ``top_suggestion=True``, ``objectives``, ``max_experiments``, ``budget``, ...)."""
+    ``fn(params, [seed=], [checkpoint=]) -> {objective: value}``, a command template that prints JSON
+    metrics, or None for the trial the run's replay checkpoint declares (`checkpoint`); ``spec`` holds the
+    fields of `debugtune.engine.tune.TuneSpec` (``remedy=`` or ``top_suggestion=True``, ``objectives``,
+    ``max_experiments``, ``budget``, ...)."""
     from debugtune.engine.tune import CallableTrial, CommandTrial, Objective, TuneSpec, auto_tune
 
     if "objectives" in spec:
         spec["objectives"] = tuple(Objective.parse(o) if isinstance(o, str) else o for o in spec["objectives"])
-    if isinstance(trial, str):
-        run: CallableTrial | CommandTrial = CommandTrial(trial, timeout_s=spec.get("timeout_s"))
-    elif isinstance(trial, CallableTrial | CommandTrial):
+    run: CallableTrial | CommandTrial | None
+    if trial is None or isinstance(trial, CallableTrial | CommandTrial):
         run = trial
+    elif isinstance(trial, str):
+        run = CommandTrial(trial, timeout_s=spec.get("timeout_s"))
     else:
         run = CallableTrial(trial)
         spec.setdefault("executor", "inline")  # a local function or lambda cannot be pickled into a process pool
     return _with_store(store, lambda st: auto_tune(st, run_id, run, TuneSpec(**spec)))
+
+
+def checkpoint(run_dir: str | os.PathLike[str], model: Any, optimizer: Any, scheduler: Any = None,
+               sampler: Any = None, *, step: int, trial: str, parameters: Iterable[str],
+               objectives: Iterable[str] = ("loss",), target: float | None = None,
+               trial_dir: str | os.PathLike[str] | None = None, extra: Mapping[str, Any] | None = None) -> Checkpoint:
+    """Save the replay checkpoint of a run (``<run_dir>/replay-checkpoint.pt``) from a training loop, before the
+    problem shows: model, optimizer, scheduler, RNG states, the sampler's ``state_dict()`` and the step, with
+    the trial that replays it (``trial``: ``module:function`` called as ``fn(params, checkpoint=path)``), the
+    tuning parameters it sets and the metrics it reports (``name:min|max``, the first one optimised first).
+    Then ``cann-tune auto RUN --top-suggestion`` needs no other flag (docs/tune.md)."""
+    from debugtune.engine.tune.run_trial import save_run_checkpoint
+
+    return save_run_checkpoint(run_dir, model, optimizer, scheduler, sampler, step=step, trial=trial,
+                               parameters=tuple(parameters), objectives=tuple(objectives), target=target,
+                               trial_dir=trial_dir, extra=extra)
+
+
+_PREFLIGHT_STORE: list[Store] = []
+
+
+def check_model(model: Any, *, store: Store | None = None) -> PreflightResult:
+    """The knowledge base's initialisation checks on a live model (`engine.prevent.preflight`); ``store=None``
+    reads them from the shipped knowledge base (loaded once per process, in memory)."""
+    from debugtune.engine.prevent.preflight import preflight
+
+    if store is None:
+        if not _PREFLIGHT_STORE:
+            st = open_store(None)
+            load_knowledge(st)
+            _PREFLIGHT_STORE.append(st)
+        store = _PREFLIGHT_STORE[0]
+    return preflight(model, store)
+
+
+def attach(model: Any, optimizer: Any, run_dir: str | os.PathLike[str], *, preflight: bool | str = False,
+           store: Store | None = None, **options: Any) -> Probe:
+    """Attach the live probe (`engine.capture.probe.attach`: ``run_id``, ``rank``, ``every``, ``activations``,
+    ``hardware``, ... as documented there and in docs/probe.md).
+
+    ``preflight=True`` first checks the model against the knowledge base's initialisation checks
+    (`check_model`; ``store`` gives the knowledge base) and raises `PreflightError` — before step 1, nothing
+    attached or written — when one fails; ``preflight="warn"`` warns and attaches anyway."""
+    if preflight not in (False, True, "warn"):
+        raise ValueError(f"preflight must be True, False or 'warn', got {preflight!r}")
+    if preflight:
+        import warnings
+
+        from debugtune.engine.prevent.preflight import PreflightError
+
+        result = check_model(model, store=store)
+        if not result.ok:
+            if preflight != "warn":
+                raise PreflightError(result)
+            warnings.warn(str(PreflightError(result)), stacklevel=2)
+    from debugtune.engine.capture.probe import attach as attach_probe
+
+    return attach_probe(model, optimizer, run_dir, **options)

@@ -17,6 +17,7 @@ from debugtune.engine.suggest import (
     CRITERIA,
     SuggestError,
     load_settings,
+    near_misses,
     similar_cases,
     suggest,
     suggestion_sparql,
@@ -239,10 +240,21 @@ def _cases(q: ast.CasesQuery, vocab: Vocabulary) -> Compiled:
         found = similar_cases(store, run, threshold=q.threshold, limit=q.limit)
         rows = tuple({"case": c.case, "label": c.label, "score": c.score, "cause": c.cause, "remedy": c.remedy,
                       "outcome": c.outcome, "graph": c.graph} for c in found)
-        return rows, {"run": run}, (() if rows else (f"no case is similar enough to run {run}",))
+        return rows, {"run": run}, (() if rows else (_near_misses_note(store, run, q.threshold),))
 
     step = "engine.suggest.similar_cases: signature similarity (docs/query.md) ≥ threshold, best first"
     return Compiled("cases", (signature_sparql(run), cases_sparql()), columns, runner, step)
+
+
+def _near_misses_note(store: Store, run: str, threshold: float | None) -> str:
+    """No case passed the threshold: name the nearest ones with their scores (``engine.suggest.near_misses``)."""
+    threshold = load_settings(store).threshold if threshold is None else threshold
+    near = near_misses(store, run, threshold=threshold)
+    if not near:
+        return f"no case is similar enough to run {run} (none shares a symptom with it)"
+    best = ", ".join(f"{local_name(c.case)} {c.score:.3f} ({c.cause or 'no cause'})" for c in near)
+    return (f"no case reaches the similarity threshold {threshold:g} for run {run}; nearest: {best} "
+            f"(see them with `cases similar to run {run} threshold {max(0.0, near[-1].score - 0.005):.2f}`)")
 
 
 def _experiments(q: ast.ExperimentsQuery, vocab: Vocabulary) -> Compiled:

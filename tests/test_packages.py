@@ -246,8 +246,10 @@ def test_feedback_moves_the_posterior_and_the_ranking(package: Path) -> None:
     before = remedy_details(st, "RouterInitRescale").success_rate
     case = resolve_case(st, package)
     assert resolve_case(st, content_hash(read_zip(package))[:12]) == case == resolve_case(st, case)
-    for _ in range(4):
-        record_feedback(st, package, "success")
+    for team in range(4):
+        assert record_feedback(st, package, "success", reporter=f"team-{team}").counted
+    again = record_feedback(st, package, "success", reporter="team-0")  # once per case and reporter
+    assert not again.counted and again.earlier and again.remedies[0]["successes"] >= 4
     after = remedy_details(st, "RouterInitRescale").success_rate
     assert after > before
     moved = [s.remedy for s in suggest(st, "run-b")]

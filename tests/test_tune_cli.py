@@ -163,9 +163,13 @@ def test_bad_requests_are_clear_errors(world, args, error, message):
     assert re.search(message, str(r.exception))
 
 
-def test_exactly_one_trial_kind_is_required(world):
+def test_a_run_without_a_trial_of_its_own_needs_one_and_two_kinds_exclude_each_other(world):
     r = runner.invoke(tune_app, ["auto", "moe-target", "--remedy", "RouterInitRescale", "--store", world["store"]])
-    assert r.exit_code == 2 and "exactly one of --trial" in r.output
+    assert isinstance(r.exception, DebugtuneError) and "has no trial of its own" in str(r.exception)
+    assert "--trial" in str(r.exception) and "debugtune.checkpoint" in str(r.exception)
+    r = runner.invoke(tune_app, ["auto", "moe-target", "--remedy", "RouterInitRescale", "--store", world["store"],
+                                 "--trial", "python t.py {init_std}", "--trial-fn", "m:f"])
+    assert r.exit_code == 2 and "at most one of --trial" in r.output
 
 
 def test_remedy_and_top_suggestion_exclude_each_other(world):

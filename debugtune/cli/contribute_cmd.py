@@ -155,16 +155,23 @@ def feedback_cmd(
     case: Annotated[str, typer.Argument(help="A case IRI or local name, an imported package (.zip) or its hash.",
                                         show_default=False)],
     outcome: Annotated[str, typer.Option(help="success or failure: did the case's remedy work for you?")],
+    reporter: Annotated[str | None, typer.Option(
+        help="Who reports (stored hashed; default: this user at this host). Feedback counts once per case and "
+             "reporter.")] = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Record whether a case's remedy worked again: updates its Beta posterior used by the ranking."""
     with session_store(store) as st:
-        result = record_feedback(st, case, outcome)
+        result = record_feedback(st, case, outcome, reporter=reporter)
     if json_out:
         emit_json(result.as_dict())
         return
-    console.print(f"recorded {outcome} for case {escape(result.case)}")
+    if result.counted:
+        console.print(f"recorded {outcome} for case {escape(result.case)}")
+    else:
+        console.print(f"[yellow]already counted[/]: this reporter gave feedback on case {escape(result.case)} on "
+                      f"{escape(str(result.earlier))}; feedback counts once per case and reporter, nothing changed")
     for r in result.remedies:
         console.print(f"  {r['remedy']}: {r['successes']} successes, {r['failures']} failures, "
                       f"posterior success rate {r['success_rate']:.3f}")

@@ -1,37 +1,76 @@
-"""`cann-debug demo`: the seed scenario end to end — train a tiny MoE with a biased gate on CPU with the
-live probe, diagnose it, and show the findings, the root cause with its chain, and where it is stored."""
+"""`cann-debug demo`: the seed journey in one command (docs/demo.md) — a tiny MoE whose router starts biased is
+(1) diagnosed, (2) given the remedies its trial can apply, (3) fixed by a few experiments replayed from a
+checkpoint taken before step 0, (4) packaged as a case that a fresh store imports and the next run reuses, and
+(5) prevented: a learned lint rule and a preflight check at attach. The steps themselves are `debugtune.journey`.
+"""
 
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.rule import Rule
+from rich.table import Table
 
-from debugtune import settings
+from debugtune import journey, settings
 from debugtune.cli.apps import debug_app
 from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, session_store
+from debugtune.engine.tune.run_trial import find_run_trial
 from debugtune.kg.knowledge import class_counts
 
 DEMO_RUN = "seed-scenario"
+STEPS = 5
 
 
-def _train(run_dir: Path, steps: int, seed: int) -> float:
-    """Train the seed scenario into ``run_dir`` (replacing an earlier demo run); returns the seconds taken."""
-    import shutil
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
 
-    import torch
 
-    from debugtune.scenarios.moe import seed_scenario, train_moe
+def _heading(n: int, title: str, quiet: bool) -> None:
+    if not quiet:
+        console.print(Rule(f"[bold]step {n}/{STEPS} · {title}[/]", align="left"))
 
-    torch.set_num_threads(1)
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    t0 = time.perf_counter()
-    train_moe(seed_scenario(seed=seed, steps=steps), run_dir, probe=True)
-    return time.perf_counter() - t0
+
+def _result(text: str, quiet: bool) -> None:
+    if not quiet:
+        console.print(f"[bold green]→[/] {text}", highlight=False)
+
+
+def _shares(util: dict[str, Any]) -> str:
+    shares = " ".join(f"{s:.1f}" for s in util["shares_pct"])
+    return (f"per-expert share of routed tokens (%) over steps {util['steps'][0]}–{util['steps'][1]}: {shares}; "
+            f"std {util['std_pp']:.1f} percentage points, max {util['max_pct']:.1f}%, min {util['min_pct']:.1f}%")
+
+
+def _suggestions_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(title="suggestions for this run (applicable first; rank = the knowledge base's ranking)")
+    for col in ("rank", "remedy", "applies", "effect", "risk", "cost", "operation", "rests on"):
+        table.add_column(col, overflow="fold")
+    for s in items:
+        ops = "; ".join(f"{o['key']} {o['from'] or '∅'} → {o['to']}" for o in s["operation"]) or "—"
+        cases = "; ".join(f"{c['case']} ({c['outcome'] or '?'}, sim {c['similarity']:.2f})" for c in s["cases"])
+        cases = (cases + "; " if cases else "") + f"success rate {s['success_rate']:.2f}"
+        applies = "[green]yes[/]" if s["applicable"] else f"[yellow]no: {escape(s['not_applicable_because'])}[/]"
+        table.add_row(str(s["rank"]), escape(s["remedy"]), applies, f"effectiveness {s['effectiveness']:.2f}",
+                      s["risk"], f"{s['cost_card_hours']:,.0f} card-h", escape(ops), escape(cases))
+    return table
+
+
+def _tuning_table(t: dict[str, Any]) -> Table:
+    names = [o.split(":")[0] for o in t["objectives"]]
+    table = Table(title=f"{t['remedy']}: {t['experiments']} experiment(s) replayed from the checkpoint, "
+                        f"stopped on {t['stop_reason']}")
+    for col in ("#", "from", "parameters", *names, "cost (card-h)"):
+        table.add_column(col)
+    for trial in t["trials"]:
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
+        table.add_row(str(trial["index"] + 1), trial["origin"], params,
+                      *(f"{trial['values'].get(n, float('nan')):.4g}" for n in names), f"{trial['cost']:.3g}")
+    return table
 
 
 @debug_app.command("demo")
@@ -40,44 +79,148 @@ def demo(
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where to write the demo run "
                                                  "(default: <DEBUGTUNE_HOME>/runs/seed-scenario).")] = None,
     steps: Annotated[int, typer.Option("--steps", min=50, help="Training steps.")] = 300,
-    seed: Annotated[int, typer.Option("--seed", help="Random seed of the training.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the training (the next run uses seed + 1).")] = 0,
+    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also count the experiments random "
+                                            "search and the manual grids need on the same checkpoint.")] = True,
     json_out: JsonOption = False,
 ) -> None:
-    """Train the seed scenario (a tiny MoE whose router starts biased towards one expert), diagnose it and
-    name the root cause with its chain of evidence."""
-    from debugtune.api import diagnose
-    from debugtune.cli.diagnose_cmd import print_report
-
+    """The seed journey: diagnose a tiny MoE whose router starts biased, suggest the remedies its trial can apply,
+    tune the best one by replay from a checkpoint, package the case for the next team, and prevent it."""
     target = run_dir or settings.home() / "runs" / DEMO_RUN
+    work = target.parent
+    work.mkdir(parents=True, exist_ok=True)
+    quiet = json_out
+    out: dict[str, Any] = {}
+    t_start = time.perf_counter()
+
+    def busy(message: str):
+        return nullcontext() if quiet else console.status(message)
+
     with session_store(store or "memory") as st:
-        counts = class_counts(st)
-        if not json_out:
+        if not quiet:
+            counts = class_counts(st)
             console.print(f"[bold]debugtune demo[/] — knowledge base: {counts.get('Cause', 0)} causes, "
                           f"{counts.get('Symptom', 0)} symptoms, {counts.get('CausalLink', 0)} causal links, "
-                          f"{counts.get('Case', 0)} cases (store: {st.target})")
+                          f"{counts.get('Case', 0)} cases, {counts.get('Experiment', 0)} experiments "
+                          f"(store: {st.target})")
             console.print("The seed scenario: a one-block mixture-of-experts LM (8 experts, top-1) trained on CPU "
                           "whose router starts with a +16 logit bias towards expert 0, watched by the live probe.")
-            with console.status(f"training {steps} steps with the probe attached …"):
-                seconds = _train(target, steps, seed)
-            console.print(f"trained in {seconds:.1f} s; telemetry in {escape(str(target))}")
-            with console.status("diagnosing …") as status:
-                report = diagnose(target, store=st, progress=lambda s: status.update(f"{s} …"))
+
+        # 1. diagnose
+        _heading(1, "diagnose", quiet)
+        from debugtune.api import diagnose
+
+        with busy(f"training {steps} steps with the probe attached …"):
+            seconds = journey.train_seed(target, seed=seed, steps=steps)
+        if not quiet:
+            console.print(f"trained in {seconds:.1f} s; telemetry and the replay checkpoint (before step 0) in "
+                          f"{escape(str(target))}")
+        with busy("diagnosing …") as status:
+            report = diagnose(target, store=st, progress=None if status is None else
+                              lambda s: status.update(f"{s} …"))
+        out["diagnosis"] = journey.diagnosis_step(report, target)
+        if not quiet:
+            from debugtune.cli.diagnose_cmd import print_report
+            from debugtune.cli.report_cmd import demo_report
+
+            print_report(report)
+            console.print(f"report: {escape(str(Path(report.run_dir or target) / 'diagnosis.json'))}")
+            demo_report(st, target)
+        util = out["diagnosis"]["expert_utilisation"]
+        top = report.hypotheses[0] if report.hypotheses else None
+        _result((f"root cause {top.cause} ({top.confidence:.2f}): {' → '.join(top.chain)}" if top else
+                 "no root cause") + f"; {_shares(util)}", quiet)
+
+        # 2. suggest
+        _heading(2, "suggest", quiet)
+        run_trial = find_run_trial(target)
+        sugg = journey.suggestions_step(st, report.run, run_trial)
+        out["suggestions"] = sugg["suggestions"]
+        if not quiet:
+            console.print(f"the scenario's trial sets: {', '.join(sugg['settable'] or [])}", highlight=False)
+            console.print(_suggestions_table(sugg["suggestions"]))
+        first = next((s for s in sugg["suggestions"] if s["applicable"]), None)
+        passed = [s["remedy"] for s in sugg["suggestions"]
+                  if not s["applicable"] and first and s["rank"] < first["rank"]]
+        _result(f"tune {first['remedy'] if first else 'nothing'}"
+                + (f" ({', '.join(passed)} ranks higher but this run cannot apply it)" if passed else ""), quiet)
+
+        # 3. tune by replay
+        _heading(3, "tune by replay", quiet)
+
+        def on_trial(t: Any) -> None:
+            if not quiet:
+                vals = ", ".join(f"{k}={v:.4g}" for k, v in t.values.items() if k in ("expert_util_std", "loss_jitter"))
+                console.print(f"  experiment {t.index + 1} ({t.origin}): {t.params} → {vals}", highlight=False)
+
+        with busy("tuning by replay from the checkpoint (and the baselines) …"):
+            tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=baselines, on_trial=on_trial)
+        out["tuning"] = tuning
+        if not quiet:
+            console.print(_tuning_table(tuning))
+            if tuning["no_effect"]:
+                console.print(f"[yellow]{escape(tuning['no_effect'])}[/]")
+            if tuning.get("baselines"):
+                b = tuning["baselines"]
+                console.print("baselines on the same checkpoint (experiments to the target): " + ", ".join(
+                    f"{k.replace('_', ' ')} {v['experiments'] if v['experiments'] is not None else 'not reached'}"
+                    for k, v in b.items()), highlight=False)
+        _result(f"expert-utilisation std {tuning['expert_util_std_before']:.1f} → "
+                f"{tuning['expert_util_std_after']:.1f} percentage points (target ≤ {tuning['target']:g}) in "
+                f"{tuning['experiments']} experiment(s), {tuning['cost_card_hours']:.3g} card-hours = "
+                f"{_pct(tuning['budget_share'])} of the run's training cost (budget {journey.TUNING_BUDGET})"
+                if tuning["expert_util_std_after"] is not None else "no experiment succeeded", quiet)
+
+        # 4. contribute and reuse
+        _heading(4, "contribute and reuse", quiet)
+        with busy("packaging the case and running its sandbox …"):
+            package = journey.contribute_step(st, report.run, target, work / "seed-scenario-case.zip", tuning)
+        out["package"] = package
+        if not quiet:
+            console.print(f"wrote {escape(package['path'])}: case {escape(package['id'])}, cause {package['cause']}, "
+                          f"remedy {package['remedy']}; sandbox "
+                          + ("claim held: " + escape(package["sandbox"]["claim"]) if package["sandbox"] else "none"))
+            for note in package["notes"]:
+                console.print(f"[yellow]{escape(note)}[/]")
+        with busy("a fresh store imports it; the next run is trained, diagnosed and tuned there …") as status:
+            reuse = journey.reuse_step(Path(package["path"]), work / f"{DEMO_RUN}-2", seed=seed + 1, steps=steps,
+                                       first_experiments=tuning["experiments"],
+                                       say=(lambda s: None) if status is None else lambda s: status.update(s + " …"))
+        out["reuse"] = reuse
+        found = [c for c in reuse["similar_cases"] if c["imported"]]
+        if found:
+            used = ", ".join(f"{h['task']} ({h['experiments']} exp)" for h in reuse["history"]) or "none"
+            text = (f"run {reuse['run']} (seed {seed + 1}) finds the package's case (similarity "
+                    f"{found[0]['score']:.2f}); its tuning's history: {used}")
         else:
-            _train(target, steps, seed)
-            report = diagnose(target, store=st)
+            near = reuse.get("near_misses") or []
+            text = (f"run {reuse['run']} (seed {seed + 1}) did not reach the similarity threshold with the package's "
+                    f"case" + (f" (nearest {near[0]['case']} {near[0]['score']:.2f})" if near else ""))
+        _result(f"{text}: {reuse['experiments_first']} experiment(s) for the first run, "
+                f"{reuse['experiments_second']} for the next", quiet)
+
+        # 5. prevent
+        _heading(5, "prevent", quiet)
+        with busy("learning a rule, linting the launch configs, checking the next model at attach …"):
+            prevention = journey.prevention_step(st, report.run, work, seed=seed + 2)
+        out["prevention"] = prevention
+        if not quiet:
+            if prevention["rule"]:
+                console.print(f"learned {prevention['rule']} ({prevention['rule_severity']}): "
+                              f"{escape(prevention['rule_message'])}", highlight=False)
+            else:
+                console.print(f"[yellow]no rule learned: {escape(prevention['rule_error'])}[/]")
+            for kind in ("moe", "dense"):
+                lint = prevention[f"lint_{kind}"]
+                console.print(f"lint {escape(lint['path'])}: exit {prevention[f'lint_{kind}_exit']}, "
+                              f"{lint['errors']} error(s), {lint['warnings']} warning(s); learned rule "
+                              f"{'fired' if lint['learned_rule_fired'] else 'quiet'}", highlight=False)
+        check = prevention["attach_check"]
+        _result("attach(preflight=True) on the next biased model: " + (
+            f"stopped before step 1 — {check['findings'][0]['message']}" if check["stopped"] else "not stopped"),
+            quiet)
+    out["seconds"] = round(time.perf_counter() - t_start, 1)
     if json_out:
-        emit_json(report.as_dict())
-        return
-    print_report(report)
-    console.print(f"report: {escape(str(Path(report.run_dir or target) / 'diagnosis.json'))}")
-    console.print(f"store: {escape(str(report.stored_in))}, named graph urn:debugtune:run:{escape(report.run)}/")
-    if (store or "memory") != "memory":
-        console.print(f"next: cann-debug root-cause {escape(report.run)} --store {escape(str(store))} --explain")
+        emit_json(out)
     else:
-        console.print(f"next: cann-debug root-cause {escape(str(target))} --explain")
-
-    # --- issue 9 (report stage): end with the HTML report of the run diagnosed above and print its path ---
-    from debugtune.cli.report_cmd import demo_report
-
-    with session_store(store or "memory") as st:
-        demo_report(st, target)
+        console.print(f"[bold]demo done[/] in {out['seconds']:.0f} s")

@@ -62,7 +62,10 @@ def experiments_table(res: AutoResult) -> Table:
 
 def print_summary(res: AutoResult) -> None:
     r = res.result
+    print_passed_over(res)
     console.print(experiments_table(res))
+    if res.no_effect:
+        console.print(f"[yellow]stopped early[/]: {escape(res.no_effect)}", highlight=False)
     if r.best is not None:
         vals = ", ".join(f"{o.name}={_fmt(r.best.values[o.name])}" for o in r.objectives)
         console.print(f"[bold]best[/] (★): {escape(_params(r.best.params))} → {escape(vals)}", highlight=False)
@@ -73,7 +76,8 @@ def print_summary(res: AutoResult) -> None:
                       f"hypervolume {r.hypervolume:.4g}", highlight=False)
     budget = f" of {res.budget:.4g} budget" if res.budget is not None else ""
     run_cost = f" (run cost {res.run_cost:.4g})" if res.run_cost is not None else ""
-    console.print(f"[bold]cost[/]: {r.spent:.4g} card-hours spent{budget}{run_cost}", highlight=False)
+    share = f", {res.budget_share:.1%} of the run's training cost" if res.budget_share is not None else ""
+    console.print(f"[bold]cost[/]: {r.spent:.4g} card-hours spent{budget}{run_cost}{share}", highlight=False)
     if res.history.tasks:
         last = next((t.weights for t in reversed(r.trials) if t.weights), {})
         used = ", ".join(f"{t.name} ({len(t)} exp, sim {t.similarity:.2f}"
@@ -94,15 +98,20 @@ def auto(
                                                  help="Tune the run's best-ranked remedy with parameters.")] = False,
     bayesian: Annotated[bool, typer.Option("--bayesian/--random",
                                            help="Transfer Bayesian optimisation (default) or random search.")] = True,
-    multi_objective: Annotated[bool, typer.Option("--multi-objective",
-                                                  help="Optimise every --objective (ParEGO, Pareto front).")] = False,
+    multi_objective: Annotated[bool | None, typer.Option(
+        "--multi-objective/--single-objective",
+        help="Optimise every --objective (ParEGO, Pareto front). Default: single, or as the run's own trial "
+             "declares.")] = None,
     objective: Annotated[list[str] | None, typer.Option(
-        "--objective", "-o", help="Metric the trial reports, NAME or NAME:min|max (repeat). Default: loss.")] = None,
+        "--objective", "-o", help="Metric the trial reports, NAME or NAME:min|max (repeat). Default: the run's "
+                                  "own trial's, else loss.")] = None,
     checkpoint: Annotated[str | None, typer.Option(
         "--deterministic-replay", help="Checkpoint the trials replay from ({checkpoint} in --trial).")] = None,
     trial: Annotated[str | None, typer.Option(
         "--trial", help="Command template, e.g. 'python train.py --init-std {init_std}'; prints JSON last.")] = None,
-    trial_fn: Annotated[str | None, typer.Option("--trial-fn", help="Python trial function module:function.")] = None,
+    trial_fn: Annotated[str | None, typer.Option(
+        "--trial-fn", help="Python trial function module:function. Without --trial and --trial-fn: the trial the "
+                           "run's replay checkpoint declares (scenario runs have one; docs/tune.md).")] = None,
     max_experiments: Annotated[int, typer.Option("--max-experiments", min=1)] = 5,
     budget: Annotated[str | None, typer.Option(
         "--budget", help="Cost budget: % of the run's training cost (5%) or card-hours (12.5).")] = None,
@@ -126,21 +135,23 @@ def auto(
     """Tune a remedy's parameters with a few experiments, transferring from similar cases in the graph."""
     from debugtune.engine.tune import CommandTrial, Objective, TuneSpec, auto_tune, load_callable
 
-    if (trial is None) == (trial_fn is None):
-        fail("give exactly one of --trial CMD and --trial-fn module:function")
-    objectives = tuple(Objective.parse(o) for o in (objective or ["loss"]))
-    fn = CommandTrial(trial, timeout_s=timeout) if trial is not None else load_callable(trial_fn)
+    if trial is not None and trial_fn is not None:
+        fail("give at most one of --trial CMD and --trial-fn module:function")
+    objectives = tuple(Objective.parse(o) for o in objective or ())
+    fn = CommandTrial(trial, timeout_s=timeout) if trial is not None else \
+        load_callable(trial_fn) if trial_fn is not None else None
     spec = TuneSpec(remedy=remedy, top_suggestion=top_suggestion, objectives=objectives,
                     multi_objective=multi_objective, strategy="bayesian" if bayesian else "random",
                     checkpoint=checkpoint, max_experiments=max_experiments, budget=budget, parallel=parallel,
                     seed=seed, patience=patience, min_improvement=min_improvement, target=target, timeout_s=timeout,
                     executor=executor, similarity=similarity, run_dir=run_dir, record=record)
-    names = [o.name for o in objectives]
+    names: list[str] = [o.name for o in objectives]
     progress = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=json_out)
     task = progress.add_task("tune", total=max_experiments)
 
     def started(tuner, history) -> None:
+        names[:] = [o.name for o in tuner.objectives]
         what = f"{len(history.tasks)} similar task(s)" if history.tasks else "no history (cold start)"
         err_console.print(f"tuning {', '.join(tuner.space.names)} over {what}", highlight=False)
 
@@ -155,6 +166,12 @@ def auto(
         emit_json(result.as_dict())
     else:
         print_summary(result)
+
+
+def print_passed_over(res: AutoResult) -> None:
+    """The better-ranked suggestions the trial cannot apply, and why."""
+    for a in res.passed_over:
+        console.print(f"[yellow]not applicable[/]: {escape(a.suggestion.remedy)} ({escape(a.reason)})", highlight=False)
 
 
 # --- `cann-tune roi` (issue 9, report stage): the return on a debugging setup; maths in engine/report/cost.py ---

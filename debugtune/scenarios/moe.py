@@ -17,7 +17,9 @@ forward hook (``probe.watch_router``) can count tokens per expert from its outpu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -336,12 +338,20 @@ def expert_balance(tokens_per_expert: np.ndarray) -> dict[str, float]:
 
 
 def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = False,
-              steps: int | None = None, job: MoEJob | None = None, run_id: str | None = None) -> MoEResult:
-    """Train (or continue ``job``) for ``steps`` (default ``cfg.steps``), with the probe when asked."""
+              steps: int | None = None, job: MoEJob | None = None, run_id: str | None = None,
+              checkpoint: bool | None = None) -> MoEResult:
+    """Train (or continue ``job``) for ``steps`` (default ``cfg.steps``), with the probe when asked.
+
+    ``checkpoint`` (default: when the probe writes into ``run_dir``) saves the replay checkpoint of the
+    run before its first step (`save_replay_checkpoint`), so ``cann-tune auto RUN`` has a trial."""
     job = job or build_moe(cfg)
     n = cfg.steps if steps is None else steps
     rec: list[dict[str, Any]] = []
     run_path = Path(run_dir) if run_dir is not None else None
+    if checkpoint if checkpoint is not None else (probe and run_path is not None):
+        if run_path is None:
+            raise ValueError("checkpoint=True needs a run_dir to write the replay checkpoint into")
+        save_replay_checkpoint(job, run_path)
     meta = {"program": "moe_lm", "num_experts": cfg.num_experts, "top_k": cfg.top_k}
     with probe_session(job.model, job.optimizer, run_path, probe, run_id=run_id, meta=meta) as pr:
         if pr is not None:
@@ -364,3 +374,125 @@ def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = F
                      router_grad_norm=np.array([r["router_grad_norm"] for r in rec]),
                      aux_loss=np.array([r["lb_loss"] for r in rec]),
                      entropy_floor=job.sampler.source.entropy_floor())
+
+
+# -- the scenario's own trial: replay from the checkpoint taken before the first step -----------------------
+TRIAL_PARAMETERS: dict[str, str] = {
+    "init_std": "gate_init_std", "aux_loss_coeff": "aux_loss_coeff", "capacity_factor": "capacity_factor",
+    "z_loss_coeff": "z_loss_coeff", "topk": "top_k", "norm_topk_prob": "normalize_topk", "lr_scale": "lr",
+    "clip_grad": "grad_clip",
+}
+"""Remedy tuning parameters (their names in ``cases/remedies-*.ttl``) that this program can set → the config
+field each one sets (``lr_scale`` multiplies the learning rate). A remedy with any other parameter (for
+example ``bias_update_rate``: this router has no expert bias) cannot be applied to an MoE scenario run."""
+REPLAY_STEPS = 8
+"""Steps each trial replays: the routing of 8 × 512 tokens settles the balance the fix gives (the router is
+re-initialised at the checkpoint, so its effect shows from the first step), at about 3% of the 300-step
+run's cost per trial."""
+TARGET_STD_PP = 15.0
+"""The story's target: the standard deviation of the experts' shares of routed tokens at most 15 points."""
+OBJECTIVES = ("expert_util_std:min", "loss_jitter:min")
+"""What the trial optimises: expert balance first, loss stability second."""
+
+
+def config_overrides(cfg: MoEConfig, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The config-field overrides that a remedy's parameters make (see `TRIAL_PARAMETERS`); an unknown
+    parameter raises ValueError naming the ones this program can set."""
+    unknown = sorted(set(params) - set(TRIAL_PARAMETERS))
+    if unknown:
+        raise ValueError(f"the MoE scenario cannot set {', '.join(unknown)} (it sets {', '.join(TRIAL_PARAMETERS)})")
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        field_name = TRIAL_PARAMETERS[name]
+        if name == "lr_scale":
+            out[field_name] = cfg.lr * float(value)
+        elif name == "norm_topk_prob":
+            out[field_name] = str(value).strip().lower() in ("true", "1", "yes")
+        elif name == "topk":
+            out[field_name] = min(int(value), cfg.num_experts)
+        else:
+            out[field_name] = float(value)
+    return out
+
+
+def remedy_config(cfg: MoEConfig, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The config overrides that train with the remedy from the start (a sandbox): `config_overrides`, plus the
+    zero bias that a router re-initialisation implies (as `apply_overrides` applies it to a live job)."""
+    out = config_overrides(cfg, params)
+    if "gate_init_std" in out:
+        out["gate_bias"] = 0.0
+    return out
+
+
+def expert_utilisation(tokens_per_expert: np.ndarray) -> dict[str, Any]:
+    """Each expert's share of the routed tokens (percent; a 2-D [steps, experts] array is summed over steps),
+    their standard deviation in percentage points, the largest and the smallest share."""
+    c = np.asarray(tokens_per_expert, dtype=float)
+    c = c.sum(axis=0) if c.ndim == 2 else c
+    total = c.sum()
+    shares = 100.0 * c / total if total > 0 else np.full(c.shape, np.nan)
+    return {"shares_pct": [round(float(x), 2) for x in shares], "std_pp": float(np.std(shares)),
+            "max_pct": float(np.max(shares)), "min_pct": float(np.min(shares))}
+
+
+def save_replay_checkpoint(job: MoEJob, run_dir: str | Path) -> Any:
+    """Save the job's whole state as the run's replay checkpoint, declaring this program's trial
+    (`replay_trial`), the parameters it sets, its objectives and the story's target."""
+    from debugtune.engine.tune.run_trial import save_run_checkpoint
+
+    return save_run_checkpoint(run_dir, job.model, job.optimizer, job.scheduler, job.sampler, step=job.step,
+                               trial=f"{__name__}:replay_trial", parameters=sorted(TRIAL_PARAMETERS),
+                               objectives=OBJECTIVES, target=TARGET_STD_PP, trial_dir="",
+                               extra={"scenario": "moe_lm", "config": asdict(job.cfg),
+                                      "horizon_steps": REPLAY_STEPS})
+
+
+_CHECKPOINTS: dict[str, Any] = {}
+
+
+def _checkpoint(path: str | Path) -> Any:
+    """A checkpoint read once per process (the inline executor replays it trial after trial)."""
+    from debugtune.engine.tune.replay import Checkpoint
+
+    key = str(Path(path).resolve())
+    if key not in _CHECKPOINTS:
+        _CHECKPOINTS.clear()
+        _CHECKPOINTS[key] = Checkpoint.load(key)
+    return _CHECKPOINTS[key]
+
+
+def replay_trial(params: Mapping[str, Any], checkpoint: str | Path | None = None,
+                 steps: int | None = None) -> dict[str, float]:
+    """The scenario's trial: replay ``steps`` (default the checkpoint's horizon) from the run's checkpoint with
+    the remedy's ``params``, and report the balance and stability the story uses.
+
+    ``expert_util_std`` (percentage points: std of the experts' shares of routed tokens over the replay),
+    ``expert_share_max`` / ``expert_share_min`` (percent), ``expert_cv`` and ``max_vio`` (`expert_balance`),
+    ``loss`` (mean LM loss of the replay's last half), ``loss_jitter`` (std of the step-to-step change of
+    the loss: lower is steadier) and ``cost`` (card-hours: the replayed steps' time on this one device, the
+    quantity the run's own cost sums, without process start-up)."""
+    from debugtune.engine.tune.replay import replay
+
+    if checkpoint is None:
+        raise ValueError("the MoE scenario trial replays from a checkpoint: give checkpoint=")
+    ckpt = _checkpoint(checkpoint)
+    cfg = MoEConfig(**ckpt.extra["config"])
+    n = int(steps or ckpt.extra.get("horizon_steps", REPLAY_STEPS))
+    seconds: list[float] = []
+
+    def timed_step(job: MoEJob) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        out = train_step(job)
+        seconds.append(time.perf_counter() - t0)
+        return out
+
+    res = replay(ckpt, config_overrides(cfg, params), n, timed_step, job=build_moe(cfg),
+                 apply_overrides=apply_overrides)
+    tokens = np.array([r["tokens_per_expert"] for r in res.records])
+    util, balance = expert_utilisation(tokens), expert_balance(tokens)
+    losses = np.asarray(res.losses, dtype=float)
+    return {"expert_util_std": util["std_pp"], "expert_share_max": util["max_pct"],
+            "expert_share_min": util["min_pct"], "expert_cv": balance["cv"], "max_vio": balance["max_vio"],
+            "loss": float(losses[len(losses) // 2:].mean()),
+            "loss_jitter": float(np.std(np.diff(losses))) if len(losses) > 2 else 0.0,
+            "cost": sum(seconds) / 3600.0}

@@ -6,12 +6,20 @@ remedy, outcome, time) as a ``prov:Activity`` there, in one atomic update. The s
 (`engine.suggest`) sums the counts over every graph that records them — the knowledge base, the
 local graph, imported packages — so the next `suggest` ranks with the new posterior
 ``(α0 + successes) / (α0 + β0 + successes + failures)``.
+
+Feedback counts once per case (a package's case, or a knowledge-base case) and reporter: the activity names
+its reporter (``prov:wasAssociatedWith``, a hashed identifier: the name given, or this user at this host), and a
+second report of the same case by the same reporter is answered "already counted" and changes nothing, so one
+team cannot inflate a remedy's success rate by repeating itself.
 """
 
 from __future__ import annotations
 
+import getpass
+import hashlib
 import os
 import re
+import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,9 +46,27 @@ class FeedbackResult:
     case: str
     outcome: str
     remedies: tuple[dict[str, Any], ...]
+    counted: bool = True
+    reporter: str = ""
+    earlier: str | None = None
+    """When not counted: the time of the reporter's earlier feedback on this case."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"case": self.case, "outcome": self.outcome, "remedies": list(self.remedies)}
+        return {"case": self.case, "outcome": self.outcome, "remedies": list(self.remedies), "counted": self.counted,
+                "reporter": self.reporter, "earlier": self.earlier}
+
+
+def reporter_iri(name: str | None = None) -> str:
+    """The reporter's identifier: a hash of ``name`` (default ``user@host``), never the name itself."""
+    who = name if name else f"{getpass.getuser()}@{socket.gethostname()}"
+    return f"urn:debugtune:reporter:{hashlib.sha256(who.strip().encode('utf-8')).hexdigest()[:16]}"
+
+
+def _earlier(store: Store, case: str, reporter: str) -> str | None:
+    rows = store.query(f"""SELECT ?when WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ ?e a prov:Activity ;
+        prov:used {iri(case)} ; prov:wasAssociatedWith {iri(reporter)} ; prov:endedAtTime ?when }} }}
+        ORDER BY ?when LIMIT 1""").column("when")
+    return str(rows[0]) if rows else None
 
 
 def _cases_in_graphs(store: Store, graphs: list[str]) -> list[str]:
@@ -90,8 +116,10 @@ def _tail(case: str) -> str:
     return re.split(r"[/#:]", case)[-1]
 
 
-def record_feedback(store: Store, ref: str | os.PathLike[str], outcome: str) -> FeedbackResult:
-    """Count one success or failure for the applied remedy of the case ``ref`` (see the module docstring)."""
+def record_feedback(store: Store, ref: str | os.PathLike[str], outcome: str, *,
+                    reporter: str | None = None) -> FeedbackResult:
+    """Count one success or failure for the applied remedy of the case ``ref`` (see the module docstring), once
+    per case and ``reporter`` (default: this user at this host)."""
     if outcome not in OUTCOMES:
         raise ContributeError(f"outcome must be success or failure, got {outcome!r}")
     case = resolve_case(store, ref)
@@ -99,6 +127,10 @@ def record_feedback(store: Store, ref: str | os.PathLike[str], outcome: str) -> 
                       .column("r"))
     if not remedies:
         raise ContributeError(f"case {case} has no applied remedy known to this knowledge base; nothing to count")
+    who = reporter_iri(reporter)
+    earlier = _earlier(store, case, who)
+    if earlier is not None:
+        return FeedbackResult(case, outcome, tuple(_counts(store, r) for r in remedies), False, who, earlier)
     prop, g = f"dt:{OUTCOMES[outcome]}", iri(GRAPH_LOCAL)
     event = f"urn:debugtune:feedback:{uuid.uuid4().hex}"
     when = literal(datetime.now(UTC).isoformat(timespec="seconds")) + "^^xsd:dateTime"
@@ -110,9 +142,9 @@ def record_feedback(store: Store, ref: str | os.PathLike[str], outcome: str) -> 
                  OPTIONAL {{ GRAPH {g} {{ ?r {prop} ?old }} }}
                  BIND(COALESCE(?old, 0) + 1 AS ?new) }} ;
         INSERT DATA {{ GRAPH {g} {{ {iri(event)} a prov:Activity ;
-            skos:prefLabel "adoption feedback"@en ; prov:used {used} ;
+            skos:prefLabel "adoption feedback"@en ; prov:used {used} ; prov:wasAssociatedWith {iri(who)} ;
             dt:outcome {iri(DT + outcome.capitalize())} ; prov:endedAtTime {when} . }} }}""")
-    return FeedbackResult(case, outcome, tuple(_counts(store, r) for r in remedies))
+    return FeedbackResult(case, outcome, tuple(_counts(store, r) for r in remedies), True, who)
 
 
 def _counts(store: Store, remedy: str) -> dict[str, Any]:

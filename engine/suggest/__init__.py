@@ -5,6 +5,7 @@ from debugtune.engine.suggest import suggest, similar_cases, remedy_details, cas
 ```
 """
 
+from debugtune.engine.suggest.applicability import Applicability, applicability, applicable_first
 from debugtune.engine.suggest.errors import SuggestError
 from debugtune.engine.suggest.ranking import remedy_details, risk_rank, suggest, suggestion_sparql
 from debugtune.engine.suggest.settings import CRITERIA, SuggestSettings, load_settings
@@ -13,12 +14,14 @@ from debugtune.engine.suggest.similarity import (
     SimilarCase,
     StoredCase,
     case_similarity,
+    near_misses,
     run_signature,
     similar_cases,
     stored_cases,
 )
 
 __all__ = [
+    "Applicability", "applicability", "applicable_first", "near_misses",
     "CRITERIA", "SignatureItem", "SimilarCase", "StoredCase", "SuggestError", "SuggestSettings", "case_similarity",
     "load_settings", "remedy_details", "risk_rank", "run_signature", "similar_cases", "stored_cases", "suggest",
     "suggestion_sparql",

@@ -226,12 +226,26 @@ def similar_cases(store: Store, run_id: str, *, threshold: float | None = None,
         raise SuggestError(f"a similarity threshold lies in [0, 1], got {threshold}")
     if limit is not None and limit < 0:
         raise SuggestError(f"limit must be non-negative, got {limit}")
+    found = [c for c in _scored(store, run_id) if c.score >= threshold]
+    return found if limit is None else found[:limit]
+
+
+def _scored(store: Store, run_id: str) -> list[SimilarCase]:
+    """Every stored case with its similarity to the run, best first; ties by case IRI."""
     signature = run_signature(store, run_id)
     found = []
     for c in stored_cases(store):
         score = normalised_similarity(signature, c.signature)
-        if score >= threshold:
-            found.append(SimilarCase(c.case, c.label, score, c.cause, c.remedies[0] if c.remedies else "",
-                                     c.outcome, c.graph, c.remedies))
+        found.append(SimilarCase(c.case, c.label, score, c.cause, c.remedies[0] if c.remedies else "",
+                                 c.outcome, c.graph, c.remedies))
     found.sort(key=lambda s: (-s.score, s.case))
-    return found if limit is None else found[:limit]
+    return found
+
+
+def near_misses(store: Store, run_id: str, *, threshold: float | None = None, limit: int = 3) -> list[SimilarCase]:
+    """The best cases below ``threshold`` (default the knowledge base's), best first: what `similar_cases`
+    would find with a lower threshold (cases sharing no symptom left out), so an empty answer still shows how
+    close the knowledge base comes."""
+    if threshold is None:
+        threshold = load_settings(store).threshold
+    return [c for c in _scored(store, run_id) if 0 < c.score < threshold][:max(0, limit)]

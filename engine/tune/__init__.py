@@ -22,6 +22,7 @@ _MODULES = {
     "record": ("experiment_of", "record_trial"),
     "replay": ("Checkpoint", "ReplayResult"),
     "rgpe": ("RGPEModel",),
+    "run_trial": ("RUN_CHECKPOINT", "RunTrial", "find_run_trial", "save_run_checkpoint"),
     "space": ("SearchSpace",),
     "trials": ("CallableTrial", "CommandTrial", "load_callable", "make_executor"),
     "tuner": ("StopRule", "Tuner"),

@@ -11,20 +11,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from debugtune.engine.suggest import remedy_details, run_signature, suggest
+from debugtune.engine.suggest import Applicability, applicability, remedy_details, run_signature, suggest
 from debugtune.engine.telemetry import TelemetryError, read_run_json, read_telemetry
 from debugtune.engine.tune.data import Objective, TuningResult
 from debugtune.engine.tune.errors import TuneError
 from debugtune.engine.tune.history import History, load_history
 from debugtune.engine.tune.record import new_session_id, record_trial
+from debugtune.engine.tune.run_trial import RUN_CHECKPOINT, find_run_trial
 from debugtune.engine.tune.space import SearchSpace
-from debugtune.engine.tune.trials import CommandTrial, TrialFunction, make_executor
+from debugtune.engine.tune.trials import RESERVED, CommandTrial, TrialFunction, make_executor
 from debugtune.engine.tune.tuner import StopRule, Tuner
 from debugtune.kg.assertions import runs
+from debugtune.kg.knowledge import thresholds
 from debugtune.kg.records import Suggestion
 from debugtune.kg.store import Store
 
@@ -88,8 +90,10 @@ class TuneSpec:
 
     remedy: str | None = None
     top_suggestion: bool = False
-    objectives: tuple[Objective, ...] = (Objective("loss"),)
-    multi_objective: bool = False
+    objectives: tuple[Objective, ...] = ()
+    """Empty: what the run's own trial declares, else ``loss``."""
+    multi_objective: bool | None = None
+    """None: several objectives when the run's own trial declares several and none were given."""
     strategy: str = "bayesian"
     checkpoint: str | None = None
     max_experiments: int = 5
@@ -104,6 +108,10 @@ class TuneSpec:
     similarity: float | None = None
     run_dir: str | None = None
     record: bool = True
+    settable: tuple[str, ...] | None = None
+    """The tuning parameters the trial can set (None: unknown, any); a remedy needing others is not tuned."""
+    transfer: bool = True
+    """Use the history of similar cases and runs (False: a cold start, the benchmarks' baseline)."""
 
 
 @dataclass(frozen=True)
@@ -119,24 +127,57 @@ class AutoResult:
     budget: float | None
     run_cost: float | None
     recorded: tuple[str, ...] = field(default_factory=tuple)
+    passed_over: tuple[Applicability, ...] = ()
+    """Suggestions ranked above the tuned remedy that the trial cannot apply."""
+
+    @property
+    def no_effect(self) -> str | None:
+        """Why the session stopped early when the parameters had no effect on the run, else None."""
+        if self.result.stop_reason != "no-effect":
+            return None
+        obj = self.result.objectives[0].name
+        values = {t.values[obj] for t in self.result.trials if t.ok and obj in t.values}
+        shown = ", ".join(f"{v:.6g}" for v in sorted(values))
+        return (f"{', '.join(self.space.names)} had no effect on this run: {len(self.result.trials)} experiments "
+                f"at different values all gave {obj} = {shown}")
+
+    @property
+    def budget_share(self) -> float | None:
+        """The spend as a fraction of the run's training cost."""
+        return self.result.spent / self.run_cost if self.run_cost else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run_id, "remedy": self.remedy, "session": self.session,
                 "parameters": [p.__dict__ for p in self.space.parameters], "history": self.history.as_dict(),
                 "prior_experiments": len(self.history.prior), "budget_card_hours": self.budget,
-                "run_cost_card_hours": self.run_cost, "recorded": list(self.recorded), **self.result.as_dict()}
+                "run_cost_card_hours": self.run_cost, "budget_share": self.budget_share,
+                "recorded": list(self.recorded), "no_effect": self.no_effect,
+                "passed_over": [a.as_dict() for a in self.passed_over], **self.result.as_dict()}
 
 
-def choose_remedy(store: Store, run_id: str, remedy: str | None, top_suggestion: bool) -> Suggestion:
-    """The remedy to tune: the one named, or the run's best-ranked suggestion that has tuning parameters."""
+def choose_remedy(store: Store, run_id: str, remedy: str | None, top_suggestion: bool,
+                  settable: tuple[str, ...] | None = None) -> tuple[Suggestion, tuple[Applicability, ...]]:
+    """The remedy to tune and the suggestions passed over for it: the one named, or the run's best-ranked
+    suggestion whose tuning parameters the trial can all set (``settable``; None: any)."""
     if bool(remedy) == bool(top_suggestion):
         raise TuneError("give exactly one of --remedy ID and --top-suggestion")
     if remedy:
-        return remedy_details(store, remedy)
-    for s in suggest(store, run_id):
-        if s.parameters:
-            return remedy_details(store, s.remedy)
-    raise TuneError(f"no suggested remedy for run {run_id!r} has tuning parameters (diagnose the run first?)")
+        chosen = remedy_details(store, remedy)
+        judged = applicability(chosen, settable)
+        if not judged.applicable:
+            raise TuneError(f"remedy {chosen.remedy} cannot be tuned on run {run_id!r}: {judged.reason}")
+        return chosen, ()
+    ranked = suggest(store, run_id)
+    passed: list[Applicability] = []
+    for s in ranked:
+        a = applicability(s, settable)
+        if a.applicable:
+            return remedy_details(store, s.remedy), tuple(passed)
+        passed.append(a)
+    if not ranked:
+        raise TuneError(f"no suggested remedy for run {run_id!r} (diagnose the run first?)")
+    why = "; ".join(f"{a.suggestion.remedy}: {a.reason}" for a in passed)
+    raise TuneError(f"no suggested remedy for run {run_id!r} can be tuned with this trial ({why})")
 
 
 def _run_dir(store: Store, run_id: str, given: str | None) -> str | None:
@@ -148,12 +189,40 @@ def _run_dir(store: Store, run_id: str, given: str | None) -> str | None:
     return None
 
 
-def auto_tune(store: Store, run_id: str, trial: TrialFunction, spec: TuneSpec, *,
+def with_run_trial(store: Store, run_id: str, trial: TrialFunction | None,
+                   spec: TuneSpec) -> tuple[TrialFunction, TuneSpec]:
+    """The trial and the spec to run. A given ``trial`` keeps the spec (objectives default to ``loss``);
+    without one, the trial the run's replay checkpoint declares (`run_trial`; an error when it has none)
+    fills what the spec leaves open: objectives (several at once when it declares several and none were
+    given), the target, the checkpoint and the parameters the trial can set."""
+    if trial is not None:
+        return trial, replace(spec, objectives=spec.objectives or (Objective("loss"),),
+                              multi_objective=bool(spec.multi_objective))
+    run_dir = _run_dir(store, run_id, spec.run_dir)
+    declared = find_run_trial(run_dir)
+    if declared is None:
+        where = f" ({Path(run_dir) / RUN_CHECKPOINT} does not exist)" if run_dir else " (no run directory known)"
+        raise TuneError(f"run {run_id!r} has no trial of its own{where}: give --trial CMD or --trial-fn "
+                        "module:function, or save a replay checkpoint with debugtune.checkpoint (docs/tune.md)")
+    objectives = spec.objectives or tuple(Objective.parse(o) for o in declared.objectives)
+    multi = spec.multi_objective if spec.multi_objective is not None else (not spec.objectives and len(objectives) > 1)
+    target = spec.target if spec.target is not None or spec.objectives else declared.target
+    return declared.load(), replace(spec, objectives=objectives, multi_objective=multi, target=target,
+                                    checkpoint=spec.checkpoint or declared.checkpoint,
+                                    settable=spec.settable if spec.settable is not None else declared.parameters)
+
+
+def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: TuneSpec, *,
               on_start: Callable[[Tuner, History], None] | None = None,
               on_trial: Callable[[Any], None] | None = None) -> AutoResult:
-    """Run one tuning session for ``run_id`` with ``trial`` (a CommandTrial or CallableTrial)."""
+    """Run one tuning session for ``run_id`` with ``trial`` (a CommandTrial or CallableTrial; None: the run's
+    own trial, see `with_run_trial`)."""
     run_signature(store, run_id)  # an unknown run raises here, naming the closest ones
-    chosen = choose_remedy(store, run_id, spec.remedy, spec.top_suggestion)
+    trial, spec = with_run_trial(store, run_id, trial, spec)
+    settable = spec.settable
+    if settable is None and isinstance(trial, CommandTrial) and spec.top_suggestion:
+        settable = tuple(f for f in trial.fields() if f not in RESERVED)  # the template's fields are what it sets
+    chosen, passed = choose_remedy(store, run_id, spec.remedy, spec.top_suggestion, settable)
     space = SearchSpace(chosen.parameters)
     if isinstance(trial, CommandTrial):
         trial.check(space.names, checkpoint=spec.checkpoint is not None)
@@ -166,11 +235,13 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction, spec: TuneSpec, *
     budget = Budget.parse(spec.budget).resolve(cost, run_id) if spec.budget else None
     names = [o.name for o in spec.objectives]
     history = load_history(store, run_id, chosen.remedy, names, threshold=spec.similarity)
-    tuner = Tuner(space, spec.objectives, history=history.tasks if spec.strategy == "bayesian" else (),
+    transfer = spec.strategy == "bayesian" and spec.transfer
+    tuner = Tuner(space, spec.objectives, history=history.tasks if transfer else (),
                   prior=history.prior, seed=spec.seed, parallel=spec.parallel, multi_objective=spec.multi_objective,
                   strategy=spec.strategy,
                   stop=StopRule(max_experiments=spec.max_experiments, budget=budget, patience=spec.patience,
-                                min_improvement=spec.min_improvement, target=spec.target))
+                                min_improvement=spec.min_improvement, target=spec.target,
+                                **_no_effect_rule(store)))
     session = new_session_id()
     recorded: list[str] = []
 
@@ -187,4 +258,13 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction, spec: TuneSpec, *
         result = tuner.run(executor, checkpoint=replay_ref, on_trial=finished)
     finally:
         executor.close()
-    return AutoResult(run_id, chosen.remedy, session, space, history, result, budget, cost, tuple(recorded))
+    return AutoResult(run_id, chosen.remedy, session, space, history, result, budget, cost, tuple(recorded), passed)
+
+
+def _no_effect_rule(store: Store) -> dict[str, Any]:
+    """The knowledge base's 'no effect' stop (``tune.no_effect.*``, cases/thresholds/tune.ttl); off without it."""
+    th = thresholds(store)
+    if "tune.no_effect.trials" not in th:
+        return {}
+    return {"no_effect_trials": int(th["tune.no_effect.trials"]),
+            "no_effect_tolerance": float(th.get("tune.no_effect.relative_tolerance", 0.0))}

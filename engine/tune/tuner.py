@@ -14,8 +14,10 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 * Several objectives: ParEGO; new scalarisation weights each iteration, history scalarised alike.
 * Failed trials stay recorded as failed; the model sees them at the worst value observed, so it does
   not propose them again.
-* Stopping: max experiments, a cost budget (the next batch is not started when its expected cost
-  would exceed what is left), patience with a minimum relative improvement, or a target value.
+* Stopping: a target value (checked first: a session that reached it says so), max experiments, "no
+  effect" (every experiment returned the same first-objective value: the trial ignores the parameters),
+  a cost budget (the next batch is not started when its expected cost would exceed what is left), or
+  patience with a minimum relative improvement.
 * Seeded: one ``numpy.random.Generator`` drives the design, RGPE's weight draws, ParEGO's weights and
   (via :func:`seeded_global`) GPy's restarts and Emukit's anchor sampling, so a seed replays.
 """
@@ -53,6 +55,8 @@ class StopRule:
     patience: int | None = None
     min_improvement: float = 0.01
     target: float | None = None
+    no_effect_trials: int | None = None
+    no_effect_tolerance: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_experiments < 1:
@@ -63,6 +67,8 @@ class StopRule:
             raise TuneError(f"patience must be at least 1 experiment, got {self.patience}")
         if self.min_improvement < 0:
             raise TuneError(f"the minimum relative improvement must be >= 0, got {self.min_improvement}")
+        if self.no_effect_trials is not None and self.no_effect_trials < 2:
+            raise TuneError(f"judging 'no effect' needs at least 2 experiments, got {self.no_effect_trials}")
 
 
 class Tuner:
@@ -278,21 +284,39 @@ class Tuner:
     def should_stop(self) -> str | None:
         """Why the session must stop now, or None."""
         rule, n = self.stop, len(self.trials)
+        if rule.target is not None and self.best() is not None:
+            obj = self.objectives[0]
+            if obj.better(self.best().values[obj.name], rule.target):
+                return "target"
         if n >= rule.max_experiments:
             return "max-experiments"
+        if rule.no_effect_trials is not None and self.no_effect() is not None:
+            return "no-effect"
         if rule.budget is not None and self.trials:
             mean_cost = self.spent / n
             if self.spent >= rule.budget or self.spent + mean_cost * min(self.parallel, rule.max_experiments - n) \
                     > rule.budget * (1 + 1e-9):
                 return "budget"
-        if rule.target is not None and self.best() is not None:
-            obj = self.objectives[0]
-            if obj.better(self.best().values[obj.name], rule.target):
-                return "target"
         if rule.patience is not None and n > rule.patience:
             if self._stalled(rule.patience, rule.min_improvement):
                 return "patience"
         return None
+
+    def no_effect(self) -> tuple[str, float, int] | None:
+        """(objective, value, experiments) when at least ``no_effect_trials`` successful experiments at distinct
+        configurations all returned the same first-objective value (within ``no_effect_tolerance``, relative):
+        the trial does not respond to these parameters. None otherwise."""
+        need = self.stop.no_effect_trials
+        obj = self.objectives[0]
+        ok = [t for t in self.trials if t.ok and finite(t.values.get(obj.name))]
+        configs = {tuple(np.round(self.space.encode(t.params), 12)) for t in ok}
+        if need is None or len(ok) < need or len(configs) < 2:
+            return None
+        values = np.array([t.values[obj.name] for t in ok], dtype=float)
+        scale = max(float(np.max(np.abs(values))), 1e-300)
+        if float(np.ptp(values)) > self.stop.no_effect_tolerance * scale:
+            return None
+        return obj.name, float(values[0]), len(ok)
 
     def _stalled(self, patience: int, min_improvement: float) -> bool:
         trials, F = self._ok_rows()

@@ -1,0 +1,114 @@
+"""The "manual" baselines a tuning is compared with: the grids a person would try, one parameter at a time.
+
+* `remedy_grid`: the remedy's own parameters, each over its documented range (the knowledge base's
+  ``dt:minValue`` … ``dt:maxValue``, evenly spaced, on the log of the value for a log-scale parameter; a
+  categorical one over its choices), from the low end up, the other parameters at their defaults.
+* `symptom_grid`: what a person does who sees the symptoms but not the cause — the parameters of every
+  remedy the knowledge base gives for a cause that can produce one of the run's symptoms, that the trial can
+  set, one at a time over their documented ranges, in an order they pick (seeded shuffle: no order is
+  privileged).
+
+`experiments_to_target` walks a grid with a trial and counts experiments until the first objective first
+reaches the target, as `TuningResult.experiments_to_target` counts them for the tuner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from debugtune.engine.suggest import remedy_details, run_signature
+from debugtune.engine.tune.data import Objective
+from debugtune.kg.namespaces import KB, local_name
+from debugtune.kg.records import TuningParameter
+from debugtune.kg.sparql import iri
+from debugtune.kg.store import Store
+
+GRID_POINTS = 5
+"""Values per parameter: both ends of the documented range and three between them."""
+
+
+def grid_values(p: TuningParameter, points: int = GRID_POINTS) -> list[Any]:
+    """The values a person tries for one parameter, low end first (see the module doc)."""
+    if p.kind == "categorical":
+        return list(p.choices)
+    if p.low is None or p.high is None:
+        return [p.default]
+    lo, hi = float(p.low), float(p.high)
+    if p.scale == "log" and lo > 0:
+        values = [math.exp(x) for x in np.linspace(math.log(lo), math.log(hi), points)]
+    else:
+        values = list(np.linspace(lo, hi, points))
+    if p.kind == "integer":
+        return sorted({int(round(v)) for v in values})
+    return [float(f"{v:.6g}") for v in values]
+
+
+def remedy_grid(parameters: Sequence[TuningParameter], points: int = GRID_POINTS) -> list[dict[str, Any]]:
+    """One parameter at a time over its range, the others at their defaults, in the remedy's parameter order."""
+    defaults = {p.name: p.default for p in parameters}
+    out = []
+    for p in parameters:
+        for v in grid_values(p, points):
+            config = {**defaults, p.name: v}
+            if config not in out:
+                out.append(config)
+    return out
+
+
+def symptom_parameters(store: Store, run_id: str, settable: Iterable[str]) -> list[TuningParameter]:
+    """Parameters (one per name, the first remedy's definition) of the remedies for every cause linked to one of
+    the run's symptoms, that the trial can set; sorted by name (shuffle them for a person's order)."""
+    symptoms = sorted({item.symptom for item in run_signature(store, run_id)})
+    if not symptoms:
+        return []
+    values = " ".join(iri(KB + s) for s in symptoms)
+    rows = store.query(f"""SELECT DISTINCT ?remedy WHERE {{ VALUES ?symptom {{ {values} }}
+        ?link a dt:CausalLink ; dt:from ?cause ; dt:to ?symptom . ?cause a dt:Cause .
+        ?remedy a dt:Remedy ; dt:addresses ?cause ; dt:tuningParameter ?p }} ORDER BY ?remedy""").column("remedy")
+    can = set(settable)
+    found: dict[str, TuningParameter] = {}
+    for remedy in rows:
+        for p in remedy_details(store, local_name(remedy)).parameters:
+            if p.name in can:
+                found.setdefault(p.name, p)
+    return [found[k] for k in sorted(found)]
+
+
+def symptom_grid(parameters: Sequence[TuningParameter], seed: int, points: int = GRID_POINTS) -> list[dict[str, Any]]:
+    """The parameters in a seeded random order, each over its range on its own (the run's other settings
+    unchanged)."""
+    order = list(parameters)
+    np.random.default_rng(seed).shuffle(order)
+    return [{p.name: v} for p in order for v in grid_values(p, points)]
+
+
+@dataclass(frozen=True)
+class GridResult:
+    """How many experiments a grid needed to reach the target (None: never), and what each returned."""
+
+    experiments: int | None
+    tried: tuple[tuple[dict[str, Any], dict[str, float]], ...]
+    cost: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"experiments": self.experiments, "tried": len(self.tried), "cost_card_hours": self.cost}
+
+
+def experiments_to_target(trial: Callable[[Mapping[str, Any]], Mapping[str, float]], grid: Sequence[Mapping[str, Any]],
+                          objective: Objective, target: float) -> GridResult:
+    """Run ``trial`` over ``grid`` until ``objective`` reaches ``target`` (``cost`` summed as the trials report it)."""
+    tried: list[tuple[dict[str, Any], dict[str, float]]] = []
+    cost = 0.0
+    for n, config in enumerate(grid, start=1):
+        values = dict(trial(dict(config)))
+        cost += float(values.pop("cost", 0.0))
+        tried.append((dict(config), values))
+        value = values.get(objective.name)
+        if value is not None and math.isfinite(value) and objective.better(value, target):
+            return GridResult(n, tuple(tried), cost)
+    return GridResult(None, tuple(tried), cost)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from debugtune.scenarios.moe import SequenceModelConfig
+
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine")
 OUTPUTS = ("logits", "softmax", "relu", "sigmoid")
@@ -18,9 +20,9 @@ ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """One training; frozen (``dataclasses.replace`` for variants). Groups: recipe, sequence/MoE model, faults,
-    look-alikes."""
+class TrainConfig(SequenceModelConfig):
+    """One training; frozen (``dataclasses.replace`` for variants). Groups: the sequence/MoE model (inherited),
+    recipe, faults, look-alikes."""
 
     # -- the recipe (per program) -------------------------------------------------------------------
     task: str = "digits"            # the data set (debugtune.scenarios.datasets)
@@ -42,25 +44,7 @@ class TrainConfig:
     eval_every: int = 10            # held-out loss every N steps (0: no evaluation logged)
     log_style: str = "plain"        # metric names (debugtune.scenarios.logstyles)
     watch_activations: bool = True  # ``attach(..., activations=True)``
-    # -- sequence and mixture-of-experts models ----------------------------------------------------
-    seq_len: int = 32
-    vocab: int = 32
-    domains: int = 8
-    successors: int = 2
-    data_seed: int = 0
-    d_model: int = 32
-    d_ff: int = 48
-    n_heads: int = 2
-    n_layers: int = 1
-    num_experts: int = 8
-    top_k: int = 1
-    normalize_topk: bool = False
-    gate_init_std: float = 0.02
-    gate_bias: float = 0.0          # GateInitBias: logit bias of the first ``gate_bias_experts`` experts
-    gate_bias_experts: int = 2
-    aux_loss_coeff: float = 1e-2    # AuxLossDisabled: 0 or negligible
-    z_loss_coeff: float = 0.0
-    capacity_factor: float = 1.25   # CapacityFactorTooLow: below 1 (<= 0: dropless)
+    # -- sequence and mixture-of-experts models: SequenceModelConfig's fields, and
     domain_skew: float = 0.0        # look-alike: Zipf exponent of the domain mixture (0: uniform)
     # -- fault knobs -------------------------------------------------------------------------------
     init_scale: float = 1.0         # BadWeightInit / SaturatingActivations: the weight layers' init times this

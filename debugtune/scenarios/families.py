@@ -20,7 +20,7 @@ from torch import nn
 
 from debugtune.scenarios.config import TrainConfig
 from debugtune.scenarios.models import MLP, Autoencoder, HarnessModel, ResidualMLP, SmallCNN
-from debugtune.scenarios.moe import MoEConfig, expert_balance
+from debugtune.scenarios.moe import MoEConfig, SequenceModelConfig, expert_balance
 from debugtune.scenarios.sequence_models import (
     DecoderLM,
     EncoderClassifier,
@@ -68,9 +68,8 @@ class Family:
 
 
 def moe_config(cfg: TrainConfig) -> MoEConfig:
-    """The MoE model and routing settings of ``cfg`` (the fields both configurations share)."""
-    shared = {f.name for f in fields(MoEConfig)} & {f.name for f in fields(TrainConfig)}
-    return MoEConfig(**{k: getattr(cfg, k) for k in shared})
+    """The MoE model and routing settings of ``cfg``."""
+    return MoEConfig(**{f.name: getattr(cfg, f.name) for f in fields(SequenceModelConfig)})
 
 
 @dataclass(frozen=True)

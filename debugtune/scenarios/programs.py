@@ -178,7 +178,8 @@ def _ddp(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | 
 
 
 def _healthy(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
-    return p.trainer.train(cfg["seed"], run_dir, probe, run_id, steps=cfg.get("steps"))
+    extra = {"steps": cfg["steps"]} if cfg.get("steps") is not None else {}
+    return p.trainer.train(cfg["seed"], run_dir, probe, run_id, **extra)
 
 
 _RUNNERS: dict[str, Callable[[Program, Any, Path | None, bool, str | None], tuple[dict, dict]]] = {

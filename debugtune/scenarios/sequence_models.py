@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from debugtune.scenarios.models import HarnessModel, activation
-from debugtune.scenarios.moe import Block, MoEConfig, MoELayer, MoELM
+from debugtune.scenarios.moe import MoEConfig, MoELM
 
 
 class RecurrentClassifier(HarnessModel):
@@ -58,7 +58,22 @@ class EncoderLayer(nn.Module):
         return self.ln2(x + self.drop(self.ff2(self.act(self.ff1(x)))))
 
 
-class EncoderClassifier(HarnessModel):
+class TransformerModel(HarnessModel):
+    """Token embeddings, ``blocks`` with ``attn``/``ff1``/``ff2`` each (ff1 feeds the activation), the head."""
+
+    embed: nn.Module
+    blocks: nn.ModuleList
+    head: nn.Module
+
+    def weight_layers(self) -> list[nn.Module]:
+        inner = [m for b in self.blocks for m in (b.attn, b.ff1, b.ff2)]
+        return [self.embed, *inner, self.head]
+
+    def hidden_layers(self) -> list[nn.Module]:
+        return [b.ff1 for b in self.blocks]
+
+
+class EncoderClassifier(TransformerModel):
     """Token and position embeddings, ``layers`` post-norm encoder layers, mean-pooling, the head."""
 
     def __init__(self, vocab: int, seq_len: int, classes: int, d_model: int, heads: int, d_ff: int, layers: int,
@@ -66,19 +81,12 @@ class EncoderClassifier(HarnessModel):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
         self.pos = nn.Embedding(seq_len, d_model)
-        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, d_ff, act, dropout) for _ in range(layers))
+        self.blocks = nn.ModuleList(EncoderLayer(d_model, heads, d_ff, act, dropout) for _ in range(layers))
         self.head = nn.Linear(d_model, classes)
-
-    def weight_layers(self) -> list[nn.Module]:
-        inner = [m for layer in self.layers for m in (layer.attn, layer.ff1, layer.ff2)]
-        return [self.embed, *inner, self.head]
-
-    def hidden_layers(self) -> list[nn.Module]:
-        return [layer.ff1 for layer in self.layers]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens) + self.pos.weight[: tokens.shape[1]]
-        for layer in self.layers:
+        for layer in self.blocks:
             x = layer(x)
         return self.head(x.mean(dim=1))
 
@@ -101,7 +109,7 @@ class DecoderBlock(nn.Module):
         return x + self.ff2(self.act(self.ff1(self.ln2(x))))
 
 
-class DecoderLM(HarnessModel):
+class DecoderLM(TransformerModel):
     """A dense decoder-only LM: embeddings, ``layers`` pre-norm causal blocks, a final LayerNorm, the head."""
 
     def __init__(self, vocab: int, seq_len: int, d_model: int, heads: int, d_ff: int, layers: int, act: str):
@@ -114,13 +122,6 @@ class DecoderLM(HarnessModel):
         self.head = nn.Linear(d_model, vocab)
         mask = torch.triu(torch.full((seq_len, seq_len), float("-inf")), diagonal=1)
         self.register_buffer("mask", mask, persistent=False)
-
-    def weight_layers(self) -> list[nn.Module]:
-        inner = [m for b in self.blocks for m in (b.attn, b.ff1, b.ff2)]
-        return [self.embed, *inner, self.head]
-
-    def hidden_layers(self) -> list[nn.Module]:
-        return [b.ff1 for b in self.blocks]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
@@ -145,29 +146,13 @@ class HarnessMoELM(MoELM, HarnessModel):
         return []
 
 
-class MoEClassifier(HarnessModel):
-    """Sequence classification with mixture-of-experts blocks (bidirectional attention, routed FFN; top-2 with
-    renormalised gates in its program), mean-pooled into the head."""
+class MoEClassifier(HarnessMoELM):
+    """Sequence classification with the MoE LM's blocks (bidirectional attention here, routed FFN; top-2 with
+    renormalised gates in its program), mean-pooled into a class head."""
 
     def __init__(self, cfg: MoEConfig, classes: int):
-        super().__init__()
-        self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.pos = nn.Parameter(torch.randn(cfg.seq_len, cfg.d_model) * 0.02)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.ln = nn.LayerNorm(cfg.d_model)
+        super().__init__(cfg)
         self.head = nn.Linear(cfg.d_model, classes)
-
-    def weight_layers(self) -> list[nn.Module]:
-        return _moe_weight_layers(self.embed, self.blocks, self.head)
-
-    def hidden_layers(self) -> list[nn.Module]:
-        return []
-
-    def moe_layers(self) -> list[MoELayer]:
-        return [b.moe for b in self.blocks]
-
-    def routers(self) -> list[tuple[str, nn.Module]]:
-        return [(f"blocks.{i}.moe.router", b.moe.router) for i, b in enumerate(self.blocks)]
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]

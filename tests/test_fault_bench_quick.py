@@ -8,8 +8,9 @@ import pytest
 
 from bench.faults import criteria
 from bench.faults.diagnosis import Ranked
-from bench.faults.matrix import Cell, full_matrix, quick_matrix
+from bench.faults.matrix import QUICK_FAMILIES, Cell, full_matrix, quick_matrix
 from bench.faults.score import Judged, score
+from debugtune.scenarios.faults import FAULTS
 from debugtune.scenarios.programs import Outcome
 
 GOALS = {"macro_top1": 0.85, "macro_top3": 0.95, "fpr": 0.05, "ece": 0.1}  # issue 12, on the quick subset
@@ -43,6 +44,52 @@ def test_criteria_decide_from_the_programs_outputs():
     assert criteria.check("RecoveringSpike", _outcome(recovered), _outcome(flat), 40).manifested
     with pytest.raises(criteria.CriteriaError, match="no criterion"):
         criteria.check("CosmicRays", healthy, healthy, 0)
+
+
+def test_criteria_generalise_across_objectives():
+    """Chance losses of other units are rescaled; look-alike criteria read the program's own figures."""
+    healthy = Outcome("digits_ae", {"loss": np.linspace(1.0, 0.4, 100)}, {"chance_loss": 1.0})
+    raw = Outcome("digits_ae", {"loss": np.full(100, 30.0)}, {"chance_loss": 100.0})  # 0.3 in healthy units
+    assert not criteria.check("UnnormalizedInputs", raw, healthy, 0).manifested
+    raw_bad = Outcome("digits_ae", {"loss": np.full(100, 90.0)}, {"chance_loss": 100.0})
+    assert criteria.check("UnnormalizedInputs", raw_bad, healthy, 0).manifested
+    assert criteria.check("Healthy", healthy, healthy, 0).manifested
+    assert not criteria.check("Healthy", _outcome(np.full(100, 2.2)), healthy, 0).manifested
+    told = Outcome("gan", {"loss": np.ones(10)}, {"learned": False, "why": "mode collapse"})
+    assert criteria.check("Healthy", told, told, 0) == criteria.Verdict(False, "mode collapse")
+    flat = _outcome(np.linspace(2.3, 0.1, 100))
+    accum = _outcome(np.linspace(2.3, 0.1, 100), backwards_per_step=4)
+    assert criteria.check("GradientAccumulation", accum, flat, 0).manifested
+    assert not criteria.check("GradientAccumulation", _outcome(flat.series["loss"], backwards_per_step=1), flat,
+                              0).manifested
+    moved = _outcome(flat.series["loss"], backbone_max_change=1e-3)
+    assert not criteria.check("FrozenBackbone", moved, flat, 0).manifested
+    assert criteria.check("FrozenBackbone", _outcome(flat.series["loss"], backbone_max_change=0.0), flat,
+                          0).manifested
+    moe = _outcome(flat.series["loss"], expert_step_cv_last_half=0.8)
+    assert criteria.check("HealthyImbalancedMoE", moe, _outcome(flat.series["loss"], expert_step_cv_last_half=0.4),
+                          0).manifested
+
+
+def test_matrices_cover_the_families():
+    full = full_matrix()
+    for f in FAULTS.values():
+        cells = [c for c in full if c.name == f.name]
+        assert len(cells) == len(f.programs) * 2 * 3, f.name
+    families = {c.family for c in full}
+    assert len({c.family for c in full if c.is_fault}) >= 12
+    assert {c.family for c in full if c.name == "Healthy"} == families
+    quick = quick_matrix()
+    assert len({c.family for c in quick}) >= 4
+    assert {c.severity for c in quick if c.is_fault} == {"severe"} and {c.seed for c in quick} == {0}
+    quick_families = {c.family for c in quick}
+    for f in FAULTS.values():
+        reachable = {c.family for c in full if c.name == f.name} & set(QUICK_FAMILIES)
+        got = {c.family for c in quick if c.name == f.name}
+        assert len(got) >= min(2, len(reachable)) and got, f.name
+    assert {c.program for c in quick if c.name == "Healthy"} == {c.program for c in quick}
+    assert quick_families <= set(QUICK_FAMILIES)
+    assert all(c.label()["family"] == c.family for c in quick)
 
 
 def test_malformed_criteria_name_the_entry(tmp_path):

@@ -104,3 +104,15 @@ def test_config_is_frozen():
     with pytest.raises(AttributeError):
         cfg.lr = 1.0  # type: ignore[misc]
     assert replace(cfg, lr=1.0).lr == 1.0
+
+
+def test_the_moe_lm_program_is_the_seed_scenario_training():
+    """The benchmark's moe_lm (shared harness) trains exactly what ``train_moe`` trains (the demo's path)."""
+    from debugtune.scenarios.programs import run
+
+    for gate_bias in (0.0, 16.0):
+        direct = train_moe(MoEConfig(steps=15, gate_bias=gate_bias, gate_bias_experts=1))
+        program = run("moe_lm", {"steps": 15, "gate_bias": gate_bias, "gate_bias_experts": 1})
+        np.testing.assert_array_equal(program.series["loss"], direct.losses)
+        np.testing.assert_array_equal(program.series["tokens_per_expert"], direct.tokens_per_expert)
+        np.testing.assert_array_equal(program.series["router_grad_norm"], direct.router_grad_norm)

@@ -37,6 +37,16 @@ def _final(o: Outcome) -> float:
     return float("nan") if not np.all(np.isfinite(loss)) else window_mean(loss)
 
 
+def _final_in_units_of(o: Outcome, h: Outcome) -> float:
+    """The final loss of ``o`` in the units of ``h``: rescaled by the ratio of their chance losses where those
+    differ (a reconstruction of raw, unstandardised inputs has a loss in other units than the healthy one)."""
+    f = _final(o)
+    co, ch = o.summary.get("chance_loss"), h.summary.get("chance_loss")
+    if co and ch and abs(co - ch) > 1e-6 * ch:
+        f *= ch / co
+    return f
+
+
 def nonfinite(o: Outcome, h: Outcome, onset: int) -> Verdict:
     bad = np.flatnonzero(~np.isfinite(o.series["loss"]))
     return Verdict(bool(len(bad)), f"first non-finite loss at step {bad[0]}" if len(bad) else "loss finite")
@@ -53,8 +63,8 @@ def _harm_bar(o: Outcome, ref: float, ratio: float, margin: float, range_frac: f
 
 def final_loss_above_healthy(o: Outcome, h: Outcome, onset: int, ratio: float, margin: float,
                              range_frac: float | None = None) -> Verdict:
-    f, ref = _final(o), _final(h)
-    bar = _harm_bar(o, ref, ratio, margin, range_frac)
+    f, ref = _final_in_units_of(o, h), _final(h)
+    bar = _harm_bar(h, ref, ratio, margin, range_frac)
     ok = not np.isfinite(f) or f >= bar
     return Verdict(bool(ok), f"final loss {f:.4g} vs bar {bar:.4g} (healthy {ref:.4g})")
 
@@ -63,6 +73,28 @@ def final_loss_not_above_healthy(o: Outcome, h: Outcome, onset: int, ratio: floa
     f, ref = _final(o), _final(h)
     bar = ratio * ref + margin
     return Verdict(bool(np.isfinite(f) and f <= bar), f"final loss {f:.4g} vs bar {bar:.4g} (healthy {ref:.4g})")
+
+
+def learned(o: Outcome, h: Outcome, onset: int, max_chance_frac: float) -> Verdict:
+    """The program's own verdict where it gives one (``learned``/``why`` in its summary), else a finite final
+    loss at most ``max_chance_frac`` of the chance loss."""
+    if "learned" in o.summary:
+        return Verdict(bool(o.summary["learned"]), str(o.summary.get("why", "")))
+    f, chance = _final(o), o.summary.get("chance_loss")
+    if chance is None:
+        return Verdict(bool(np.isfinite(f)), f"final loss {f:.4g} (no chance loss)")
+    ok = bool(np.isfinite(f) and f <= max_chance_frac * chance)
+    return Verdict(ok, f"final loss {f:.4g} vs {max_chance_frac} x chance {chance:.4g}")
+
+
+def summary_at_least(o: Outcome, h: Outcome, onset: int, key: str, min: float) -> Verdict:  # noqa: A002
+    v = float(o.summary.get(key, float("nan")))
+    return Verdict(bool(v >= min), f"{key} {v:.3g} (min {min})")
+
+
+def summary_at_most(o: Outcome, h: Outcome, onset: int, key: str, max: float) -> Verdict:  # noqa: A002
+    v = float(o.summary.get(key, float("nan")))
+    return Verdict(bool(v <= max), f"{key} {v:.3g} (max {max})")
 
 
 def dead_units(o: Outcome, h: Outcome, onset: int, min: float) -> Verdict:  # noqa: A002
@@ -121,6 +153,11 @@ def expert_cv_above_healthy(o: Outcome, h: Outcome, onset: int, ratio: float) ->
     return Verdict(bool(cv >= ratio * ref), f"expert CV {cv:.2f} vs healthy {ref:.2f}")
 
 
+def expert_step_cv_above_healthy(o: Outcome, h: Outcome, onset: int, ratio: float) -> Verdict:
+    cv, ref = o.summary["expert_step_cv_last_half"], h.summary["expert_step_cv_last_half"]
+    return Verdict(bool(cv >= ratio * ref), f"per-step expert CV {cv:.2f} vs healthy {ref:.2f}")
+
+
 def dropped_tokens(o: Outcome, h: Outcome, onset: int, min: float) -> Verdict:  # noqa: A002
     d = o.series["dropped_frac"]
     m = float(np.mean(d[len(d) // 2:]))
@@ -143,9 +180,9 @@ def data_wait_share(o: Outcome, h: Outcome, onset: int, share: float) -> Verdict
 
 
 KINDS: dict[str, Callable[..., Verdict]] = {f.__name__: f for f in (
-    nonfinite, final_loss_above_healthy, final_loss_not_above_healthy, dead_units, relu_sparse_not_dead, saturated,
-    spike_then_damage, spike_then_recover, top2_share, expert_cv_above_healthy, dropped_tokens, slow_rank,
-    data_wait_share)}
+    nonfinite, final_loss_above_healthy, final_loss_not_above_healthy, learned, summary_at_least, summary_at_most,
+    dead_units, relu_sparse_not_dead, saturated, spike_then_damage, spike_then_recover, top2_share,
+    expert_cv_above_healthy, expert_step_cv_above_healthy, dropped_tokens, slow_rank, data_wait_share)}
 
 
 @lru_cache(maxsize=4)

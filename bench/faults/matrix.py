@@ -11,13 +11,18 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from debugtune.scenarios.faults import FAULTS, LOOKALIKES, SEVERITIES, injection
+from debugtune.scenarios.faults import FAULTS, LEAD, LOOKALIKES, SEVERITIES, injection
+from debugtune.scenarios.programs import PROGRAMS
 
 SEEDS = (0, 1, 2)
 QUICK_SEVERITY = "severe"
 QUICK_SEED = 0
-QUICK_LOOKALIKES = ("Healthy", "WarmupTransient", "ScheduledLRDrop", "RecoveringSpike", "NormalReLUSparsity")
-MATRIX_VERSION = 1
+QUICK_FAMILIES = ("mlp", "regression", "multilabel", "recurrent", "autoencoder", "moe_top1", "moe_top2", "ddp")
+"""The families of the CI subset (their first programs train in about a second each; the MoE and the gloo
+runs are the slow ones), in the order faults are spread over them."""
+QUICK_SLOW = ("moe_top1", "moe_top2")
+QUICK_PER_FAULT = 2
+MATRIX_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,11 @@ class Cell:
         return self.kind == "fault"
 
     @property
+    def family(self) -> str:
+        """The program's family (what leave-one-family-out scoring leaves out whole)."""
+        return PROGRAMS[self.program].family
+
+    @property
     def overrides(self) -> dict[str, Any]:
         return injection(self.name).resolve(self.program, self.severity)
 
@@ -50,7 +60,8 @@ class Cell:
         return "r" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def label(self) -> dict[str, Any]:
-        return {**asdict(self), "onset_step": self.onset, "overrides": self.overrides, "run_id": self.run_id}
+        return {**asdict(self), "family": self.family, "onset_step": self.onset, "overrides": self.overrides,
+                "run_id": self.run_id}
 
     def __str__(self) -> str:
         sev = "" if self.kind == "control" else f"/{self.severity}"
@@ -71,18 +82,25 @@ def full_matrix(seeds: tuple[int, ...] = SEEDS) -> list[Cell]:
 
 
 def quick_matrix() -> list[Cell]:
-    """One seed, one severity, every fault on one representative program, and a few controls."""
-    cells = []
-    for f in FAULTS.values():
-        program = "digits_mlp" if "digits_mlp" in f.programs else f.programs[0]
-        cells.append(Cell("fault", f.name, program, QUICK_SEVERITY, QUICK_SEED))
-    programs = sorted({c.program for c in cells})
-    cells += [healthy_cell(p, QUICK_SEED) for p in programs]
-    for name in QUICK_LOOKALIKES[1:]:
-        lk = LOOKALIKES[name]
-        program = "digits_mlp" if "digits_mlp" in lk.programs else lk.programs[0]
-        cells.append(Cell("control", name, program, "mild", QUICK_SEED))
+    """The CI subset: one seed, the severe injections; each fault on ``QUICK_PER_FAULT`` of the quick families it
+    applies to (the family order rotated from one fault to the next, so the generic faults spread over them),
+    each look-alike on one, and the healthy run of every program used."""
+    cells = [Cell("fault", f.name, p, QUICK_SEVERITY, QUICK_SEED)
+             for i, f in enumerate(FAULTS.values()) for p in _quick_programs(f.programs, i, QUICK_PER_FAULT)]
+    cells += [Cell("control", lk.name, p, "mild", QUICK_SEED) for i, lk in enumerate(LOOKALIKES.values())
+              if lk.name != "Healthy" for p in _quick_programs(lk.programs, i, 1, slow_last=True)]
+    cells += [healthy_cell(p, QUICK_SEED) for p in dict.fromkeys(c.program for c in cells)]
     return _dedupe(cells)
+
+
+def _quick_programs(programs: tuple[str, ...], shift: int, count: int, slow_last: bool = False) -> list[str]:
+    """Up to ``count`` first programs of distinct quick families among ``programs``, the family order rotated by
+    ``shift``; with ``slow_last`` the MoE families come after the others whatever the rotation (controls)."""
+    head = [f for f in QUICK_FAMILIES if not (slow_last and f in QUICK_SLOW)]
+    k = shift % len(head)
+    order = head[k:] + head[:k] + [f for f in QUICK_FAMILIES if f not in head]
+    fams = {PROGRAMS[p].family for p in programs}
+    return [LEAD[f] for f in order if f in fams and LEAD[f] in programs][:count]
 
 
 def references(cells: list[Cell]) -> list[Cell]:

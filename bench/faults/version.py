@@ -1,7 +1,7 @@
 """The code version of a benchmark training: a hash of everything that decides what a cached run holds.
 
 A cached run is reused only when its label carries the same version. The version covers the scenario
-programs and the fault catalogue (``debugtune/scenarios/*.py``), the live probe that writes the telemetry
+programs and the fault catalogue (``debugtune/scenarios/**/*.py``), the live probe that writes the telemetry
 (``engine/capture/*.py``, the native wrapper and kernels ``native/*.py``, ``native/src/*``), the probe's
 knowledge-base settings (``cases/thresholds/probe.ttl``: e.g. the detail cadence) and the matrix's own
 version number. Diagnosis code is not in it: the benchmark diagnoses every run afresh.
@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("debugtune/scenarios/*.py", "engine/capture/*.py", "native/*.py", "native/src/*.cpp", "native/src/*.h",
+SOURCES = ("debugtune/scenarios/**/*.py", "engine/capture/*.py", "native/*.py", "native/src/*.cpp", "native/src/*.h",
            "cases/thresholds/probe.ttl")
 
 

@@ -77,14 +77,15 @@ def _rank_main(rank: int, cfg: DDPConfig, port: int, run_dir: str | None, probe:
     import torch.distributed as dist
 
     from debugtune.scenarios import tabular
-    from debugtune.scenarios.classify import ClassifierConfig, build_model
+    from debugtune.scenarios.models import MLP, init_weights
 
     seed_everything(cfg.seed)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=cfg.world_size,
                             timeout=timedelta(seconds=cfg.timeout_s))
     try:
         data = tabular.load("digits")
-        model = build_model(ClassifierConfig(width=cfg.width, depth=cfg.depth), data)
+        model = MLP(data.x_train.shape[1], data.classes, cfg.width, cfg.depth, "relu")
+        init_weights(model, 1.0, 0.0)
         params = list(model.parameters())
         optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=0.9)
         sampler = tabular.BatchSampler(len(data.x_train), cfg.batch_size, cfg.seed)

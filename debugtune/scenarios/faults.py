@@ -1,9 +1,12 @@
 """The fault catalogue: each injected fault (a DESIGN §2 cause) → how it is injected per program and severity.
 
-An injection is a set of config-field overrides of a program (`debugtune.scenarios.programs`).
-``Times(k)`` multiplies the program's healthy value; ``ONSET`` stands for the fault's onset step,
-``onset`` × the run's steps (0 = the fault is there from the first step). The benign look-alikes
-(healthy runs that resemble a fault) are catalogued the same way.
+An injection is a set of config-field overrides of a program (`debugtune.scenarios.programs`), the same
+knobs in every family (`debugtune.scenarios.config`), applied by the shared harness. ``Times(k)`` multiplies
+the program's healthy value; ``ONSET`` stands for the fault's onset step, ``onset`` × the run's steps (0 = the
+fault is there from the first step). Severities are given per family (a family's programs share them unless a
+program has its own entry) and were tuned per family until the fault manifested, never the criteria; where a
+fault is not injected in a family, ``bench/faults/NOTES.md`` says why. The benign look-alikes (healthy runs
+that resemble a fault) are catalogued the same way, on the first program of every family they apply to.
 """
 
 from __future__ import annotations
@@ -15,7 +18,18 @@ from typing import Any
 from debugtune.scenarios.programs import PROGRAMS, make_config
 
 SEVERITIES = ("mild", "severe")
-CLASSIFIERS = ("digits_mlp", "digits_cnn", "blobs_mlp", "circles_mlp")
+
+
+def _programs_of(family: str) -> tuple[str, ...]:
+    return tuple(p.name for p in PROGRAMS.values() if p.family == family)
+
+
+FAMILY_PROGRAMS: dict[str, tuple[str, ...]] = {f: _programs_of(f) for f in dict.fromkeys(
+    p.family for p in PROGRAMS.values())}
+GRADIENT_FAMILIES = tuple(f for f, ps in FAMILY_PROGRAMS.items() if PROGRAMS[ps[0]].kind == "harness")
+"""The families trained by the shared harness (the generic faults and look-alikes apply to these)."""
+LEAD = {f: ps[0] for f, ps in FAMILY_PROGRAMS.items()}
+"""Each family's first program: where its look-alikes run."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,10 @@ class Injection:
     @property
     def programs(self) -> tuple[str, ...]:
         return tuple(self.overrides)
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(PROGRAMS[p].family for p in self.overrides))
 
     def onset_step(self, program: str, steps: int | None = None) -> int:
         return int(self.onset * (steps or _steps(program)))
@@ -66,64 +84,144 @@ class Injection:
 
 
 def _steps(program: str) -> int:
-    return int(PROGRAMS[program].base.steps)
+    base = PROGRAMS[program].base
+    return int(base["steps"] if isinstance(base, dict) else getattr(base, "steps", 0) or 0)
 
 
-def _each(programs: tuple[str, ...], mild: Mapping[str, Any], severe: Mapping[str, Any]) -> dict:
-    return {p: {"mild": dict(mild), "severe": dict(severe)} for p in programs}
+Pair = tuple[Mapping[str, Any], Mapping[str, Any]] | None
+
+
+def by_family(spec: Mapping[str, Pair]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{family or program: (mild, severe)}`` → ``{program: {"mild": ..., "severe": ...}}``: a family's entry
+    covers its programs, a program's own entry (after it) replaces it, ``None`` leaves the program out."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, pair in spec.items():
+        targets = FAMILY_PROGRAMS.get(key, (key,))
+        for p in targets:
+            if p not in PROGRAMS:
+                raise ValueError(f"fault catalogue: {key!r} is neither a family nor a program")
+            if pair is None:
+                out.pop(p, None)
+            else:
+                out[p] = {"mild": dict(pair[0]), "severe": dict(pair[1])}
+    return out
+
+
+def _same(families: tuple[str, ...], mild: Mapping[str, Any], severe: Mapping[str, Any]) -> dict[str, Pair]:
+    return {f: (mild, severe) for f in families}
+
+
+def _control(families: tuple[str, ...], overrides: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    return {LEAD[f]: {"mild": dict(overrides)} for f in families}
+
+
+TOKENS = ("transformer", "decoder_lm", "moe_top1", "moe_top2")
+MOE = ("moe_top1", "moe_top2")
+FEATURES = tuple(f for f in GRADIENT_FAMILIES if f not in TOKENS)
+RELU = ("mlp", "cnn", "regression", "transformer", "autoencoder", "multilabel", "residual")
+SIGMOID = ("mlp", "cnn", "regression", "transformer", "decoder_lm", "autoencoder", "multilabel", "residual")
+LABELLED = tuple(f for f in GRADIENT_FAMILIES if f != "autoencoder")
+ADAM = ("regression", "recurrent", "transformer", "decoder_lm", "moe_top1", "moe_top2", "residual")
+
+
+CLIP_BOUNDS = {"mlp": 1.5, "cnn": 1.5, "regression": 3.0, "recurrent": 0.15, "transformer": 0.6, "decoder_lm": 0.5,
+               "autoencoder": 0.07, "moe_top1": 0.5, "moe_top2": 0.6, "multilabel": 0.3, "residual": 0.5}
+"""Per family, a global gradient-norm bound below most healthy first-10% norms (measured on seed 0)."""
+
+
+def _bad_batch(steps: int, scale: float) -> dict[str, Any]:
+    return {"bad_batch_step": ONSET, "bad_batch_steps": steps, "bad_batch_scale": scale}
 
 
 FAULTS: dict[str, Injection] = {f.name: f for f in (
-    Injection("LearningRateTooHigh", "learning rate multiplied by 10 (mild) or 50 (severe); the MoE's (Adam) by "
-              "50 (mild) or 100 (severe)",
-              {**_each(CLASSIFIERS, {"lr": Times(10)}, {"lr": Times(50)}),
-               "moe_lm": {"mild": {"lr": Times(50)}, "severe": {"lr": Times(100)}}}),
-    Injection("LearningRateTooLow", "learning rate multiplied by 0.01 (mild) or 0.001 (severe)",
-              _each(CLASSIFIERS, {"lr": Times(0.01)}, {"lr": Times(0.001)})),
-    Injection("BadWeightInit", "weights initialised at 0.1x (mild) or 0.02x (severe) the He-normal scale "
-              "(blobs: 0.05x, 0.01x)",
-              {**_each(("digits_mlp", "digits_cnn", "circles_mlp"), {"init_scale": 0.1}, {"init_scale": 0.02}),
-               "blobs_mlp": {"mild": {"init_scale": 0.05}, "severe": {"init_scale": 0.01}}}),
-    Injection("SaturatingActivations", "sigmoid hidden activations with weights at 6x (mild) or 12x (severe) "
-              "the He-normal scale",
-              _each(CLASSIFIERS, {"activation": "sigmoid", "init_scale": 6.0},
-                    {"activation": "sigmoid", "init_scale": 12.0})),
-    Injection("DyingReLU", "hidden biases initialised strongly negative: digits MLP -4 / -8, CNN -6 / -10, "
-              "blobs -2.5 / -4, circles -1.5 / -4 (mild / severe)",
-              {"digits_mlp": {"mild": {"hidden_bias": -4.0}, "severe": {"hidden_bias": -8.0}},
-               "digits_cnn": {"mild": {"hidden_bias": -6.0}, "severe": {"hidden_bias": -10.0}},
-               "blobs_mlp": {"mild": {"hidden_bias": -2.5}, "severe": {"hidden_bias": -4.0}},
-               "circles_mlp": {"mild": {"hidden_bias": -1.5}, "severe": {"hidden_bias": -4.0}}}),
-    Injection("UnnormalizedInputs", "no standardisation: digits raw pixels 0..16 (mild) or as bytes 0..255 "
-              "(severe); blobs and circles raw x10 (mild) or x100 (severe, AutoTrainer's abnormal data)",
-              {"digits_mlp": {"mild": {"raw_scale": 1.0}, "severe": {"raw_scale": 16.0}},
-               "digits_cnn": {"mild": {"raw_scale": 1.0}, "severe": {"raw_scale": 16.0}},
-               "blobs_mlp": {"mild": {"raw_scale": 10.0}, "severe": {"raw_scale": 100.0}},
-               "circles_mlp": {"mild": {"raw_scale": 10.0}, "severe": {"raw_scale": 100.0}}}),
-    Injection("LossActivationMismatch", "a softmax (mild) or a ReLU (severe) on the logits fed to cross-entropy",
-              _each(CLASSIFIERS, {"output": "softmax"}, {"output": "relu"})),
-    Injection("LabelNoise", "30% (mild) or 60% (severe) of the training labels replaced by another class",
-              _each(CLASSIFIERS, {"label_noise": 0.3}, {"label_noise": 0.6})),
-    Injection("MissingZeroGrad", "gradients zeroed only every 10th step (mild) or never (severe)",
-              _each(CLASSIFIERS, {"zero_grad_every": 10}, {"zero_grad_every": 0})),
-    Injection("FrozenParameters", "the first 2 (mild) or 3 (severe: every hidden layer) weight layers left out "
-              "of the optimizer (digits programs; on 2-D blobs/circles random features suffice, nothing shows)",
-              _each(("digits_mlp", "digits_cnn"), {"frozen": 2}, {"frozen": 3})),
-    Injection("BadBatch", "at 40% of training, 1 batch (mild) or 3 batches (severe) of corrupt inputs "
-              "(garbage of scale 100 / 300; on circles, whose small net shrugs off one, 2 x 300 / 3 x 1000)",
-              {**_each(("digits_mlp", "digits_cnn", "blobs_mlp"),
-                       {"bad_batch_step": ONSET, "bad_batch_steps": 1, "bad_batch_scale": 100.0},
-                       {"bad_batch_step": ONSET, "bad_batch_steps": 3, "bad_batch_scale": 300.0}),
-               "circles_mlp": {"mild": {"bad_batch_step": ONSET, "bad_batch_steps": 2, "bad_batch_scale": 300.0},
-                               "severe": {"bad_batch_step": ONSET, "bad_batch_steps": 3, "bad_batch_scale": 1000.0}}},
+    Injection("LearningRateTooHigh", "learning rate times 10 / 50 (SGD), 30 / 100 (Adam, AdamW), the seed "
+              "scenario's MoE 50 / 100, the autoencoder 4 / 20, the regression and the multi-label (plain SGD) 100 "
+              "/ 300 and 30 / 100, the modern recipe (its clipping bounds every step) 500 / 2000 (mild / severe)",
+              by_family({**_same(("mlp", "cnn", "multilabel"), {"lr": Times(10)}, {"lr": Times(50)}),
+                         **_same(ADAM, {"lr": Times(30)}, {"lr": Times(100)}),
+                         "regression": ({"lr": Times(100)}, {"lr": Times(300)}),
+                         "multilabel": ({"lr": Times(30)}, {"lr": Times(100)}),
+                         "residual": ({"lr": Times(500)}, {"lr": Times(2000)}),
+                         "moe_top1": ({"lr": Times(50)}, {"lr": Times(100)}),
+                         "autoencoder": ({"lr": Times(4)}, {"lr": Times(20)})})),
+    Injection("LearningRateTooLow", "learning rate times 0.01 (mild) or 0.001 (severe)",
+              by_family(_same(GRADIENT_FAMILIES, {"lr": Times(0.01)}, {"lr": Times(0.001)}))),
+    Injection("BadWeightInit", "weight layers initialised at 0.1x / 0.02x their scale (blobs 0.05x / 0.01x); "
+              "where Adam or normalisation undo a small init, at 10x / 30x (the modern recipe 20x / 50x)",
+              by_family({**_same(("mlp", "cnn", "autoencoder", "multilabel"), {"init_scale": 0.1},
+                                 {"init_scale": 0.02}),
+                         "blobs_mlp": ({"init_scale": 0.05}, {"init_scale": 0.01}),
+                         **_same(("regression", "recurrent", "transformer", "decoder_lm", "moe_top1", "moe_top2"),
+                                 {"init_scale": 10.0}, {"init_scale": 30.0}),
+                         "residual": ({"init_scale": 20.0}, {"init_scale": 50.0})})),
+    Injection("SaturatingActivations", "sigmoid hidden activations with the weight layers at 6x (mild) or 12x "
+              "(severe) their scale; behind a LayerNorm 10x / 20x",
+              by_family({**_same(SIGMOID, {"activation": "sigmoid", "init_scale": 6.0},
+                                 {"activation": "sigmoid", "init_scale": 12.0}),
+                         **_same(("transformer", "decoder_lm", "residual"),
+                                 {"activation": "sigmoid", "init_scale": 10.0},
+                                 {"activation": "sigmoid", "init_scale": 20.0})})),
+    Injection("DyingReLU", "the biases feeding the ReLUs initialised strongly negative (per program, mild / "
+              "severe: digits MLP -4 / -8, CNN -6 / -10, blobs -2.5 / -4, circles -1.5 / -4, ...)",
+              by_family({"digits_mlp": ({"hidden_bias": -4.0}, {"hidden_bias": -8.0}),
+                         "blobs_mlp": ({"hidden_bias": -2.5}, {"hidden_bias": -4.0}),
+                         "circles_mlp": ({"hidden_bias": -1.5}, {"hidden_bias": -4.0}),
+                         "cnn": ({"hidden_bias": -6.0}, {"hidden_bias": -10.0}),
+                         **_same(("regression", "transformer", "autoencoder", "multilabel", "residual"),
+                                 {"hidden_bias": -4.0}, {"hidden_bias": -8.0})})),
+    Injection("UnnormalizedInputs", "no standardisation: the raw features (digits 0..16, sensor units, mixed "
+              "units) (mild) or the raw features times 16 (severe); blobs and circles x10 / x100, word counts x4 / x16",
+              by_family({**_same(FEATURES, {"raw_scale": 1.0}, {"raw_scale": 16.0}),
+                         "blobs_mlp": ({"raw_scale": 10.0}, {"raw_scale": 100.0}),
+                         "circles_mlp": ({"raw_scale": 10.0}, {"raw_scale": 100.0}),
+                         "multilabel": ({"raw_scale": 4.0}, {"raw_scale": 16.0})})),
+    Injection("LossActivationMismatch", "an activation between the output and a loss that expects logits: a "
+              "softmax (mild) or a ReLU (severe; a sigmoid where a ReLU on the logits still trains) before "
+              "cross-entropy, a sigmoid / ReLU before BCEWithLogits, a "
+              "ReLU / sigmoid on a regression or reconstruction output",
+              by_family({**_same(("mlp", "cnn"), {"output": "softmax"}, {"output": "relu"}),
+                         **_same(("recurrent", "transformer", "decoder_lm", "moe_top1", "moe_top2", "residual"),
+                                 {"output": "softmax"}, {"output": "sigmoid"}),
+                         "multilabel": ({"output": "sigmoid"}, {"output": "relu"}),
+                         **_same(("regression", "autoencoder"), {"output": "relu"}, {"output": "sigmoid"})})),
+    Injection("LabelNoise", "30% (mild) or 60% (severe) of the targets corrupted uniformly (classes, tokens, "
+              "label vectors; regression targets swapped with random examples')",
+              by_family(_same(LABELLED, {"label_noise": 0.3}, {"label_noise": 0.6}))),
+    Injection("MissingZeroGrad", "gradients zeroed only every 10th step (mild; every 50th on the Adam-trained "
+              "LMs, whose normalised steps absorb a 10-step sum, and on the multi-label MLP) or never (severe)",
+              by_family({**_same(GRADIENT_FAMILIES, {"zero_grad_every": 10}, {"zero_grad_every": 0}),
+                         **_same(("decoder_lm", "moe_top1", "moe_top2", "multilabel"), {"zero_grad_every": 50},
+                                 {"zero_grad_every": 0})})),
+    Injection("FrozenParameters", "the first 2 (mild) or 3 (severe) weight layers left out of the optimizer while "
+              "optimizer.zero_grad() is still called (recurrent: the input projection and the first / both "
+              "recurrent layers); where residual paths carry the signal past them, more (up to all but the head); "
+              "not on the 2-D blobs/circles, where random features suffice and nothing shows",
+              by_family({**_same(GRADIENT_FAMILIES, {"frozen": 2}, {"frozen": 3}),
+                         "transformer": ({"frozen": 3}, {"frozen": 6}),
+                         "decoder_lm": ({"frozen": 6}, {"frozen": 7}),
+                         "moe_top2": ({"frozen": 7}, {"frozen": 11}),
+                         "residual": ({"frozen": 6}, {"frozen": 7}),
+                         "blobs_mlp": None, "circles_mlp": None})),
+    Injection("BadBatch", "at 40% of training, 1 batch (mild) or 3 batches (severe) of corrupt inputs: garbage "
+              "of scale 100 / 300 (circles 2 x 300 / 3 x 1000; where gates or a LayerNorm bound its effect, a "
+              "corrupt shard of 12 / 20 batches); token inputs: one token id repeated, 10 / 20 batches (LMs, "
+              "which shrug off a few: 20 / 30)",
+              by_family({**_same(FEATURES, _bad_batch(1, 100.0), _bad_batch(3, 300.0)),
+                         "circles_mlp": (_bad_batch(2, 300.0), _bad_batch(3, 1000.0)),
+                         **_same(("recurrent", "residual"), _bad_batch(12, 100.0), _bad_batch(20, 300.0)),
+                         **_same(("transformer", "moe_top2"), _bad_batch(10, 0.0), _bad_batch(20, 0.0)),
+                         **_same(("decoder_lm", "moe_top1"), _bad_batch(20, 0.0), _bad_batch(30, 0.0))}),
               onset=0.4),
-    Injection("GateInitBias", "router bias of expert 0 initialised at +8 (mild) or +16 (severe)",
-              {"moe_lm": {"mild": {"gate_bias": 8.0, "gate_bias_experts": 1},
-                          "severe": {"gate_bias": 16.0, "gate_bias_experts": 1}}}),
+    Injection("GateInitBias", "router bias of the first expert(s) initialised at +8 (mild) or +16 (severe); "
+              "top-2 routing: the first two experts",
+              by_family({"moe_top1": ({"gate_bias": 8.0, "gate_bias_experts": 1},
+                                      {"gate_bias": 16.0, "gate_bias_experts": 1}),
+                         "moe_top2": ({"gate_bias": 8.0, "gate_bias_experts": 2},
+                                      {"gate_bias": 16.0, "gate_bias_experts": 2})})),
     Injection("AuxLossDisabled", "load-balancing loss coefficient 1e-4 (mild, ineffective) or 0 (severe)",
-              {"moe_lm": {"mild": {"aux_loss_coeff": 1e-4}, "severe": {"aux_loss_coeff": 0.0}}}),
+              by_family(_same(MOE, {"aux_loss_coeff": 1e-4}, {"aux_loss_coeff": 0.0}))),
     Injection("CapacityFactorTooLow", "expert capacity factor 0.5 (mild) or 0.25 (severe) instead of 1.25",
-              {"moe_lm": {"mild": {"capacity_factor": 0.5}, "severe": {"capacity_factor": 0.25}}}),
+              by_family(_same(MOE, {"capacity_factor": 0.5}, {"capacity_factor": 0.25}))),
     Injection("StragglerRank", "from 30% of training, rank 1 computes 10 ms (mild) or 40 ms (severe) slower per step",
               {"ddp_mlp": {"mild": {"straggler_rank": 1, "straggler_ms": 10.0, "onset_step": ONSET},
                            "severe": {"straggler_rank": 1, "straggler_ms": 40.0, "onset_step": ONSET}}}, onset=0.3),
@@ -135,18 +233,35 @@ FAULTS: dict[str, Injection] = {f.name: f for f in (
 
 
 LOOKALIKES: dict[str, Injection] = {f.name: f for f in (
-    Injection("Healthy", "the program's healthy configuration",
-              {p: {"mild": {}} for p in PROGRAMS}),
+    Injection("Healthy", "the program's healthy configuration", {p: {"mild": {}} for p in PROGRAMS}),
     Injection("WarmupTransient", "linear LR warm-up over the first 20% of steps to 2x the healthy LR",
-              {**{p: {"mild": {"warmup_steps": 60, "lr": Times(2)}} for p in CLASSIFIERS},
+              {**_control(GRADIENT_FAMILIES, {"warmup_steps": 60, "lr": Times(2)}),
                "moe_lm": {"mild": {"warmup_steps": 60, "lr": Times(2)}}}),
     Injection("ScheduledLRDrop", "LR divided by 10 at half of training (a step schedule)",
-              {p: {"mild": {"lr_drop_step": ONSET, "lr_drop_factor": 0.1}} for p in CLASSIFIERS}, onset=0.5),
+              {**_control(GRADIENT_FAMILIES, {"lr_drop_step": ONSET, "lr_drop_factor": 0.1}),
+               **{p: {"mild": {"lr_drop_step": ONSET, "lr_drop_factor": 0.1}} for p in FAMILY_PROGRAMS["mlp"]}},
+              onset=0.5),
     Injection("RecoveringSpike", "at 40% of training, one batch drawn from the hardest 15% of the training "
-              "examples (valid data)",
-              {p: {"mild": {"hard_batch_step": ONSET}} for p in CLASSIFIERS}, onset=0.4),
-    Injection("NormalReLUSparsity", "wide ReLU layers (256 units; about half the activations are zero)",
-              {p: {"mild": {"width": 256}} for p in ("digits_mlp", "blobs_mlp")}),
+              "examples (valid data); not on the Markov-chain LMs, whose sequences are all equally hard",
+              {**_control(tuple(f for f in GRADIENT_FAMILIES if f not in ("decoder_lm", "moe_top1")),
+                          {"hard_batch_step": ONSET}),
+               **{p: {"mild": {"hard_batch_step": ONSET}} for p in FAMILY_PROGRAMS["mlp"]}}, onset=0.4),
+    Injection("NormalReLUSparsity", "ReLU layers 4x as wide (about half the activations are zero)",
+              {**_control(RELU, {"width": Times(4)}), "blobs_mlp": {"mild": {"width": 256}},
+               "digits_mlp": {"mild": {"width": 256}}}),
+    Injection("GradientAccumulation", "4 micro-batches (4 backward passes) per optimizer step, zero_grad after "
+              "each step, the loss divided by 4 (imitates MissingZeroGrad)",
+              _control(GRADIENT_FAMILIES, {"accum_steps": 4})),
+    Injection("FrozenBackbone", "the first weight layer frozen on purpose (requires_grad=False, not in the "
+              "optimizer; imitates FrozenParameters)", _control(GRADIENT_FAMILIES, {"freeze_backbone": 1})),
+    Injection("ClippingAtStart", "global gradient-norm clipping at a bound most of the first 10% of steps exceed "
+              "(about their 10th-25th percentile in the healthy run; imitates a gradient explosion held back)",
+              {LEAD[f]: {"mild": {"grad_clip": bound}} for f, bound in CLIP_BOUNDS.items()}),
+    Injection("HealthyImbalancedMoE", "a normally imbalanced but healthy MoE (imitates AuxLossDisabled / "
+              "GateInitBias): a Zipf-skewed mixture of domains (exponent 3); top-2: dropless experts with "
+              "ST-MoE's balancing coefficient 1e-3 on domains skewed with exponent 2",
+              {LEAD["moe_top1"]: {"mild": {"domain_skew": 3.0}},
+               LEAD["moe_top2"]: {"mild": {"domain_skew": 2.0, "capacity_factor": 0.0, "aux_loss_coeff": 1e-3}}}),
 )}
 
 

@@ -33,8 +33,9 @@ from debugtune.scenarios.sequences import MarkovSource, SequenceSampler
 
 
 @dataclass(frozen=True)
-class MoEConfig:
-    """Everything that defines one MoE training; frozen (use ``dataclasses.replace`` for variants)."""
+class SequenceModelConfig:
+    """The sequence data, the transformer's size and the routing of an MoE model (shared with the harness's
+    ``TrainConfig``, which derives from it)."""
 
     num_experts: int = 8
     top_k: int = 1
@@ -45,10 +46,6 @@ class MoEConfig:
     aux_loss_coeff: float = 1e-2
     z_loss_coeff: float = 0.0
     capacity_factor: float = 1.25
-    lr: float = 3e-3
-    warmup_steps: int = 0
-    steps: int = 300
-    batch_size: int = 16
     seq_len: int = 32
     vocab: int = 32
     domains: int = 8
@@ -57,9 +54,19 @@ class MoEConfig:
     d_ff: int = 48
     n_heads: int = 2
     n_layers: int = 1
+    data_seed: int = 0
+
+
+@dataclass(frozen=True)
+class MoEConfig(SequenceModelConfig):
+    """Everything that defines one MoE training; frozen (use ``dataclasses.replace`` for variants)."""
+
+    lr: float = 3e-3
+    warmup_steps: int = 0
+    steps: int = 300
+    batch_size: int = 16
     grad_clip: float = 0.0
     seed: int = 0
-    data_seed: int = 0
 
 
 class Router(nn.Module):

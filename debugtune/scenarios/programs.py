@@ -1,8 +1,13 @@
-"""The scenario programs by name, each with its healthy base configuration, behind one ``run`` call.
+"""The scenario programs by name, each of a family and with its healthy base configuration, behind one ``run``.
 
 ``run(program, overrides, seed=..., run_dir=..., probe=...)`` trains the program with the fields in
 ``overrides`` changed and returns an :class:`Outcome`: the program's own per-step series and summary
 figures (what the fault benchmark's manifestation criteria read), never anything from the probe.
+
+Kinds: ``harness`` (single-process programs of a family in `debugtune.scenarios.families`, trained by the
+shared loop `debugtune.scenarios.harness`), ``ddp`` (gloo data parallel, `debugtune.scenarios.distributed`)
+and ``healthy`` (healthy-only families of `debugtune.scenarios.healthy`, registered when that package is
+installed: they take no overrides but ``steps``).
 """
 
 from __future__ import annotations
@@ -15,31 +20,101 @@ from typing import Any
 
 import numpy as np
 
-from debugtune.scenarios import classify, distributed, moe
+from debugtune.scenarios import distributed, harness
+from debugtune.scenarios.config import RECIPE, TrainConfig
+from debugtune.scenarios.datasets import markov_source
+from debugtune.scenarios.families import FAMILIES
+from debugtune.scenarios.moe import MoEConfig
 
 
 @dataclass(frozen=True)
 class Program:
     name: str
+    family: str
     kind: str
     base: Any
     description: str
+    trainer: Any = None  # kind "healthy": the HealthyProgram
 
+
+def _from_moe(moe: MoEConfig, **recipe: Any) -> TrainConfig:
+    """A TrainConfig whose model and routing fields are those of ``moe`` (one source of truth for moe_lm)."""
+    shared = {f.name for f in fields(MoEConfig)} & {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{**{k: getattr(moe, k) for k in shared}, **recipe})
+
+
+_SEQ = {"functional": True, "watch_activations": False}
 
 PROGRAMS: dict[str, Program] = {p.name: p for p in (
-    Program("digits_mlp", "classifier", classify.ClassifierConfig(dataset="digits", width=64, lr=0.02),
-            "MLP 64-64-64 (ReLU) on sklearn digits, SGD momentum 0.9"),
-    Program("digits_cnn", "classifier", classify.ClassifierConfig(dataset="digits", arch="cnn", width=32, lr=0.01),
-            "2-conv CNN + dense on the 8x8 digits images, SGD momentum 0.9"),
-    Program("blobs_mlp", "classifier", classify.ClassifierConfig(dataset="blobs", width=32, lr=0.05),
+    Program("digits_mlp", "mlp", "harness", TrainConfig(task="digits", width=64, lr=0.02),
+            "MLP 64-64-64 (ReLU modules) on sklearn digits, SGD momentum 0.9"),
+    Program("blobs_mlp", "mlp", "harness", TrainConfig(task="blobs", width=32, lr=0.05),
             "MLP 32-32-32 on AutoTrainer's blobs (make_blobs, 3 centres)"),
-    Program("circles_mlp", "classifier", classify.ClassifierConfig(dataset="circles", width=32, lr=0.05),
+    Program("circles_mlp", "mlp", "harness", TrainConfig(task="circles", width=32, lr=0.05),
             "MLP 32-32-32 on AutoTrainer's circles (make_circles)"),
-    Program("moe_lm", "moe", moe.MoEConfig(),
-            "1-block MoE transformer LM, 8 experts top-1, capacity 1.25, aux loss 1e-2, Adam"),
-    Program("ddp_mlp", "ddp", distributed.DDPConfig(),
+    Program("digits_cnn", "cnn", "harness", TrainConfig(task="digits", arch="cnn", width=32, lr=0.01),
+            "2-conv CNN + dense on the 8x8 digits images, SGD momentum 0.9"),
+    Program("smooth_mlp", "regression", "harness",
+            TrainConfig(task="smooth", width=64, depth=3, optimizer="adam", lr=2e-3, eval_every=20,
+                        log_style="lightning", **_SEQ),
+            "MLP regression (functional ReLU, MSE) of a random smooth function of 8 features in mixed units, Adam"),
+    Program("sines_lstm", "recurrent", "harness",
+            TrainConfig(task="sines", arch="lstm", width=32, n_layers=2, optimizer="adam", lr=5e-3, eval_every=25,
+                        log_style="hf", watch_activations=False),
+            "2-layer LSTM classifying the frequency band of noisy sines (32 samples, sensor units), Adam"),
+    Program("waves_gru", "recurrent", "harness",
+            TrainConfig(task="waves", arch="gru", width=32, n_layers=2, optimizer="adam", lr=1e-2, eval_every=0,
+                        log_style="lightning", watch_activations=False),
+            "2-layer GRU classifying the waveform of noisy periodic signals, Adam"),
+    Program("domains_encoder", "transformer", "harness",
+            TrainConfig(task="domains", seq_len=16, d_model=32, n_heads=2, width=64, n_layers=2, activation="relu",
+                        dropout=0.1, optimizer="adamw", lr=2e-3, weight_decay=0.01, warmup_steps=30,
+                        eval_every=20, log_style="hf"),
+            "post-norm 2-layer Transformer encoder (ReLU FFN modules, dropout), mean-pooled, classifying which "
+            "Markov chain wrote a token sequence, AdamW with warm-up"),
+    Program("markov_lm", "decoder_lm", "harness",
+            TrainConfig(task="markov", d_model=32, n_heads=2, width=64, n_layers=2, activation="gelu",
+                        optimizer="adam", lr=3e-3, batch_size=16, eval_every=50, log_style="megatron", **_SEQ),
+            "dense 2-block pre-norm decoder-only LM (causal attention, functional GELU) on the Markov chains, Adam"),
+    Program("digits_ae", "autoencoder", "harness",
+            TrainConfig(task="digits", width=32, d_model=8, lr=0.05, steps=500, eval_every=10,
+                        log_style="lightning_slash"),
+            "MLP autoencoder 64-32-8-32-64 (ReLU modules, linear bottleneck) of the digits, SGD momentum 0.9"),
+    Program("moe_lm", "moe_top1", "harness",
+            _from_moe(MoEConfig(), task="markov", optimizer="adam", eval_every=0, log_style="moe",
+                      watch_activations=False),
+            "1-block MoE transformer LM, 8 experts top-1, capacity 1.25, aux loss 1e-2, Adam (the seed scenario's)"),
+    Program("domains_moe", "moe_top2", "harness",
+            _from_moe(MoEConfig(top_k=2, normalize_topk=True, d_ff=32), task="domains", optimizer="adamw",
+                      lr=3e-3, weight_decay=0.01, eval_every=0, log_style="lightning_slash",
+                      watch_activations=False),
+            "MoE sequence classifier, 8 experts top-2 with renormalised gates, capacity 1.25, aux 1e-2, AdamW"),
+    Program("tags_mlp", "multilabel", "harness",
+            TrainConfig(task="multilabel", width=64, depth=2, optimizer="sgd", momentum=0.0, lr=0.5, eval_every=10,
+                        log_style="lightning", **_SEQ),
+            "multi-label MLP (functional ReLU, BCEWithLogits, 6 labels) on word-count features, plain SGD"),
+    Program("tabular_resmlp", "residual", "harness",
+            TrainConfig(task="tabular5", width=64, depth=3, activation="relu", dropout=0.1, grad_clip=1.0,
+                        schedule="cosine", warmup_steps=30, optimizer="adamw", lr=3e-3, weight_decay=0.05,
+                        eval_every=20, log_style="hf", watch_activations=False),
+            "pre-norm residual MLP with LayerNorm, dropout 0.1, clipping at 1, warm-up + cosine, AdamW, on 20 "
+            "features in mixed units"),
+    Program("ddp_mlp", "ddp", "ddp", distributed.DDPConfig(),
             "digits MLP data-parallel over 2 gloo processes, one all-reduce per step"),
 )}
+
+
+def _register_healthy() -> None:
+    """The healthy-only families (`debugtune.scenarios.healthy`, another part of the project), when present."""
+    try:
+        from debugtune.scenarios.healthy import HEALTHY
+    except ImportError:
+        return
+    for hp in HEALTHY.values():
+        PROGRAMS.setdefault(hp.name, Program(hp.name, hp.family, "healthy", None, hp.description, hp))
+
+
+_register_healthy()
 
 
 @dataclass(frozen=True)
@@ -48,7 +123,7 @@ class Outcome:
 
     program: str
     series: dict[str, np.ndarray]
-    summary: dict[str, float]
+    summary: dict[str, Any]
 
     @property
     def steps(self) -> int:
@@ -56,54 +131,59 @@ class Outcome:
 
 
 def config_fields(program: str) -> set[str]:
-    return {f.name for f in fields(PROGRAMS[program].base)}
+    """The fields an override of ``program`` may set: its recipe and the knobs its family implements."""
+    p = PROGRAMS[program]
+    if p.kind == "healthy":
+        return {"steps"}
+    names = {f.name for f in fields(p.base)}
+    if p.kind == "harness":
+        names &= RECIPE | FAMILIES[p.family].knobs
+    return names
 
 
 def make_config(program: str, overrides: Mapping[str, Any], seed: int) -> Any:
-    """The base config of ``program`` with ``overrides`` and ``seed``; unknown fields raise ValueError."""
+    """The base config of ``program`` with ``overrides`` and ``seed``; unknown or unimplemented fields raise."""
     if program not in PROGRAMS:
         raise ValueError(f"unknown program {program!r}; expected one of {', '.join(PROGRAMS)}")
+    p = PROGRAMS[program]
     unknown = sorted(set(overrides) - config_fields(program))
     if unknown:
-        raise ValueError(f"{program}: unknown config field(s) {', '.join(unknown)}")
-    return replace(PROGRAMS[program].base, **dict(overrides), seed=seed)
+        raise ValueError(f"{program} ({p.family}): unknown or unimplemented config field(s) {', '.join(unknown)}")
+    if p.kind == "healthy":
+        return {"seed": seed, **overrides}
+    cfg = replace(p.base, **dict(overrides), seed=seed)
+    if p.kind == "harness":
+        cfg.validate()
+        harness.check_output(FAMILIES[p.family], cfg, program)
+    return cfg
 
 
-def _classifier(cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
-    r = classify.train(cfg, run_dir, probe=probe, run_id=run_id)
-    series = {"loss": r.losses, "accuracy": r.accuracy, "eval_step": r.eval_steps, "eval_loss": r.eval_loss,
-              "eval_accuracy": r.eval_accuracy}
-    return series, r.summary()
-
-
-def _moe(cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
-    r = moe.train_moe(cfg, run_dir=run_dir, probe=probe, run_id=run_id)
-    tpe = r.tokens_per_expert.astype(float)
-    top2 = np.sort(tpe, axis=1)[:, -2:].sum(axis=1) / np.maximum(tpe.sum(axis=1), 1)
-    half = len(tpe) // 2
-    series = {"loss": r.losses, "tokens_per_expert": tpe, "top2_share": top2, "dropped_frac": r.dropped_frac,
-              "router_grad_norm": r.router_grad_norm, "lb_loss": r.aux_loss}
-    summary = {"final_loss": r.final_loss, "expert_cv": r.expert_cv,
-               "expert_cv_last_half": moe.expert_balance(tpe[half:])["cv"], "entropy_floor": r.entropy_floor,
-               "chance_loss": math.log(cfg.vocab), "first_nonfinite_step": _first_nonfinite(r.losses)}
+def _harness(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
+    series, summary = harness.train(FAMILIES[p.family], cfg, program=p.name, run_dir=run_dir, probe=probe,
+                                    run_id=run_id)
+    if cfg.task == "markov":
+        summary["entropy_floor"] = markov_source(cfg).entropy_floor()
+    if "tokens_per_expert" in series:
+        tpe = series["tokens_per_expert"].astype(float)
+        series["top2_share"] = np.sort(tpe, axis=1)[:, -2:].sum(axis=1) / np.maximum(tpe.sum(axis=1), 1)
     return series, summary
 
 
-def _ddp(cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
+def _ddp(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
     r = distributed.train(cfg, run_dir, probe=probe, run_id=run_id)
     series = {"loss": r.losses, "step_ms": r.step_ms, "data_ms": r.data_ms, "compute_ms": r.compute_ms,
               "comm_ms": r.comm_ms}
-    return series, {"final_loss": r.final_loss, "first_nonfinite_step": _first_nonfinite(r.losses),
-                    "chance_loss": math.log(10)}
+    return series, {"final_loss": r.final_loss, "first_nonfinite_step": harness.first_nonfinite(r.losses),
+                    "chance_loss": math.log(10), "objective": "ce"}
 
 
-def _first_nonfinite(x: np.ndarray) -> int:
-    bad = np.flatnonzero(~np.isfinite(x))
-    return int(bad[0]) if len(bad) else -1
+def _healthy(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
+    extra = {"steps": cfg["steps"]} if cfg.get("steps") is not None else {}
+    return p.trainer.train(cfg["seed"], run_dir, probe, run_id, **extra)
 
 
-_RUNNERS: dict[str, Callable[[Any, Path | None, bool, str | None], tuple[dict, dict]]] = {
-    "classifier": _classifier, "moe": _moe, "ddp": _ddp}
+_RUNNERS: dict[str, Callable[[Program, Any, Path | None, bool, str | None], tuple[dict, dict]]] = {
+    "harness": _harness, "ddp": _ddp, "healthy": _healthy}
 
 
 def run(program: str, overrides: Mapping[str, Any] | None = None, *, seed: int = 0,
@@ -111,5 +191,6 @@ def run(program: str, overrides: Mapping[str, Any] | None = None, *, seed: int =
     """Train ``program`` once (with the probe writing into ``run_dir`` when ``probe``)."""
     cfg = make_config(program, overrides or {}, seed)
     path = Path(run_dir) if run_dir is not None else None
-    series, summary = _RUNNERS[PROGRAMS[program].kind](cfg, path, probe, run_id)
+    p = PROGRAMS[program]
+    series, summary = _RUNNERS[p.kind](p, cfg, path, probe, run_id)
     return Outcome(program, {k: np.asarray(v) for k, v in series.items()}, summary)

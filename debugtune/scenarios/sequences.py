@@ -10,6 +10,7 @@ position and a replay from a checkpoint sees the same batches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -24,17 +25,8 @@ class MarkovSource:
     seed: int
 
     def tables(self) -> np.ndarray:
-        """Transition probabilities, shape [domains, vocab, vocab] (rows sum to 1)."""
-        rng = np.random.default_rng([self.seed, 7919])
-        t = np.zeros((self.domains, self.vocab, self.vocab))
-        body = np.arange(self.domains, self.vocab)
-        weights = np.array([0.75, 0.2, 0.05, 0.0][: self.successors]) + 1e-9
-        weights = weights / weights.sum()
-        for d in range(self.domains):
-            for tok in range(self.vocab):
-                nxt = rng.choice(body, size=self.successors, replace=False)
-                t[d, tok, nxt] = weights
-        return t
+        """Transition probabilities, shape [domains, vocab, vocab] (rows sum to 1; read-only, computed once)."""
+        return _tables(self.vocab, self.domains, self.successors, self.seed)
 
     def entropy_floor(self) -> float:
         """The mean next-token entropy (nats) of a body token: the best achievable LM loss."""
@@ -43,16 +35,36 @@ class MarkovSource:
         return float(-(w * np.log(w)).sum())
 
 
-class SequenceSampler:
-    """Deterministic batches of (inputs, targets) token ids; ``state_dict()`` holds the position."""
+@lru_cache(maxsize=16)
+def _tables(vocab: int, domains: int, successors: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng([seed, 7919])
+    t = np.zeros((domains, vocab, vocab))
+    body = np.arange(domains, vocab)
+    weights = np.array([0.75, 0.2, 0.05, 0.0][:successors]) + 1e-9
+    weights = weights / weights.sum()
+    for d in range(domains):
+        for tok in range(vocab):
+            nxt = rng.choice(body, size=successors, replace=False)
+            t[d, tok, nxt] = weights
+    t.setflags(write=False)
+    return t
 
-    def __init__(self, source: MarkovSource, batch_size: int, seq_len: int, seed: int):
+
+class SequenceSampler:
+    """Deterministic batches of (inputs, targets) token ids; ``state_dict()`` holds the position.
+
+    ``domain_skew`` > 0 draws the domains from a Zipf law of that exponent instead of uniformly (a corpus
+    where a few sources dominate)."""
+
+    def __init__(self, source: MarkovSource, batch_size: int, seq_len: int, seed: int, domain_skew: float = 0.0):
         self.source = source
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.seed = seed
         self.position = 0
         self._cum = np.cumsum(source.tables(), axis=-1)
+        zipf = 1.0 / np.arange(1, source.domains + 1) ** domain_skew
+        self._domain_p = zipf / zipf.sum() if domain_skew > 0 else None
 
     def state_dict(self) -> dict[str, int]:
         return {"position": self.position, "seed": self.seed}
@@ -66,7 +78,10 @@ class SequenceSampler:
         rng = np.random.default_rng([self.seed, position, 104729])
         b, n, src = self.batch_size, self.seq_len + 1, self.source
         seq = np.empty((b, n), dtype=np.int64)
-        dom = rng.integers(0, src.domains, size=b)
+        if self._domain_p is None:
+            dom = rng.integers(0, src.domains, size=b)
+        else:
+            dom = rng.choice(src.domains, size=b, p=self._domain_p)
         seq[:, 0] = dom
         seq[:, 1] = rng.integers(src.domains, src.vocab, size=b)
         u = rng.random((b, n))

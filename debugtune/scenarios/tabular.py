@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +28,12 @@ class Split:
     y_test: np.ndarray
     classes: int
     image_shape: tuple[int, ...] | None = None
+    stream: Any = None  # a sampler with ``next() -> (x, y)``: fresh training batches instead of the pool
+
+    @property
+    def tokens(self) -> bool:
+        """Inputs are token ids (no feature scale to normalise)."""
+        return bool(np.issubdtype(self.x_train.dtype, np.integer))
 
 
 @lru_cache(maxsize=8)
@@ -51,13 +58,21 @@ def load(name: str, raw_scale: float = 0.0, split_seed: int = 0) -> Split:
     order = np.random.default_rng(split_seed).permutation(len(x))
     x, y = x[order], y[order]
     xtr, xte, ytr, yte = x[:n_train], x[n_train:], y[:n_train], y[n_train:]
+    xtr, xte = preprocess(xtr, xte, raw_scale)
+    shape = (1, 8, 8) if name == "digits" else None
+    return Split(xtr, ytr, xte, yte, int(y.max()) + 1, shape)
+
+
+def preprocess(xtr: np.ndarray, xte: np.ndarray, raw_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Features standardised per column with the training split's statistics (over every axis but the last),
+    or, with ``raw_scale`` > 0, the raw features times ``raw_scale`` (the UnnormalizedInputs fault)."""
     if raw_scale > 0:
         xtr, xte = xtr * raw_scale, xte * raw_scale
     else:
-        mu, sd = xtr.mean(axis=0), xtr.std(axis=0) + 1e-6
+        axes = tuple(range(xtr.ndim - 1))
+        mu, sd = xtr.mean(axis=axes), xtr.std(axis=axes) + 1e-6
         xtr, xte = (xtr - mu) / sd, (xte - mu) / sd
-    shape = (1, 8, 8) if name == "digits" else None
-    return Split(xtr.astype(np.float32), ytr, xte.astype(np.float32), yte, int(y.max()) + 1, shape)
+    return xtr.astype(np.float32), xte.astype(np.float32)
 
 
 def noisy_labels(y: np.ndarray, classes: int, fraction: float, seed: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from debugtune.engine.diagnose import Thresholds, diagnose_run
-from debugtune.engine.infer.causal import UNKNOWN, activation
+from debugtune.engine.infer.causal import UNKNOWN, activation, before_breakdown, evidence
 from debugtune.engine.infer.engine import candidate_causes, rank, reportable, rule_scope
 from debugtune.engine.infer.model import CausalModel, Link
 from debugtune.kg.assertions import replace_diagnosis
@@ -130,30 +130,31 @@ class Calibration:
     temperature: float | None = None
 
 
-def rates(samples: Sequence[Sample]) -> tuple[dict[tuple[str, str], dict[str, tuple[int, int]]],
-                                               dict[str, tuple[int, int]]]:
+def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str, str], dict[str, tuple[float, int]]],
+                                               dict[str, tuple[float, int]]]:
     """How often each symptom was reported per (injected cause, presentation), and on the healthy controls:
-    (hits, runs that judged it)."""
-    per: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    healthy: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    (hits weighted by evidence strength, runs that judged it)."""
+    per: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    healthy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for s in samples:
-        seen = {f.symptom for f in s.findings}
+        # what the engine would take as evidence: nothing after a breakdown, each symptom at its strength
+        ev = evidence(*before_breakdown(s.findings, s.judged), floor)
         table = per[(s.truth, s.severity or "all")] if s.truth else healthy
-        for sym in s.judged:
+        for sym, x in ev.items():
             table[sym][1] += 1
-            table[sym][0] += sym in seen
+            table[sym][0] += x.strength
     return ({k: {sym: (v[0], v[1]) for sym, v in t.items()} for k, t in per.items()},
             {k: (v[0], v[1]) for k, v in healthy.items()})
 
 
-def smoothed(hits: int, judged: int, prior: float, weight: float) -> float:
+def smoothed(hits: float, judged: int, prior: float, weight: float) -> float:
     """The measured rate shrunk towards ``prior`` with ``weight`` pseudo-runs (a Beta prior), two decimals."""
     return round((hits + weight * prior) / (judged + weight), 2)
 
 
 def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibration:
     """Profiles, links and leaks measured on ``samples`` over the base ``model`` (no temperature)."""
-    per, healthy = rates(samples)
+    per, healthy = rates(samples, th["infer.evidence_floor"])
     direct = {(link.source, link.target) for link in model.links}
     weight = th["calibration.prior_weight"]
     min_judged, min_rate, margin = (th.int("calibration.profile_min_judged"), th["calibration.link_min_rate"],
@@ -178,7 +179,7 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
             value = profiles[cause][prof][sym]
             if (cause, sym) not in direct and rate >= min_rate and rate >= h_rate.get(sym, 0.0) + margin \
                     and value > links.get((cause, sym), (0.0, ""))[0]:
-                links[(cause, sym)] = (value, f"reported in {k} of {m} {prof} runs")
+                links[(cause, sym)] = (value, f"reported in {k:.3g} of {m} {prof} runs (weighted by evidence)")
     main: dict[str, float] = defaultdict(float)
     for link in model.links:
         main[link.source] = max(main[link.source], link.strength)
@@ -440,7 +441,7 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
             ("dt:value", literal(float(value))), ("dt:appliesTo", f"kb:{sym}"),
             ("skos:prefLabel", en(f"leak of {sym}")),
             ("skos:definition", en(f"Probability that {sym} is reported without any modelled cause.")),
-            ("skos:note", en(f"fault bench: reported in {k} of {m} healthy or look-alike runs")),
+            ("skos:note", en(f"fault bench: reported in {k:.3g} of {m} healthy or look-alike runs (weighted by evidence)")),
             ("dct:source", iri(LEAK_SOURCE))]))
     out = {LINKS_FILE: "".join(links), LEAKS_FILE: "".join(leaks)}
     if cal.temperature is not None:

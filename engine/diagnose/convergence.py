@@ -156,6 +156,10 @@ def divergence(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     start = first_run(mask, persist)
     if start is None or not mask[-w:].all():
         return  # a divergence does not come back
+    gained = trend[0] - run_min[-1]
+    if not absolute[-w:].all() and gained > 0 and \
+            trend[-1] - run_min[-1] < th["convergence.divergence.progress_lost"] * gained:
+        return  # still far below where it started: wandering up from a low point, not diverging
     # the centred trend looks half a window ahead: the onset is where the loss itself first crossed
     crossed = first_run(curve.loss[start:] >= run_min[start] + th["convergence.divergence.rise"] * scale[start],
                         persist)
@@ -165,7 +169,7 @@ def divergence(ctx: Context, data: ConvergenceData, out: Emit) -> None:
         "LossDivergence", DIM, "", curve.steps, start, curve.n - 1,
         severity(max(final_rise, 1e-9), th["convergence.divergence.rise"], th["convergence.divergence.rise"] * 20),
         {"loss_min": float(run_min[-1]), "loss_end": float(trend[-1]), "relative_rise": final_rise,
-         "loss_max": float(np.max(curve.loss))},
+         "loss_start": float(trend[0]), "loss_max": float(np.max(curve.loss))},
         "convergence.divergence", start + persist - 1), (curve.steps, trend))
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from scipy import ndimage
 
 from debugtune.engine.diagnose.base import Context, make_finding, severity
+from debugtune.engine.diagnose.evidence import scaled
 from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import ffill, first_run, longest_run
@@ -113,14 +114,20 @@ def imbalance(ctx: Context, data: ExpertData, out: Emit) -> None:
         share = r.counts[:, ep].sum(axis=1) / max(r.counts[:, ep].sum(), 1e-12)
         hot = int(np.argmax(share))
         level = float(np.median(st["maxvio"][ep]))
-        out.add(make_finding(
-            "ExpertImbalance", DIM, f"{r.prefix}expert:{r.experts[hot]}", steps, start, start + length - 1,
-            severity(level, th["moe.imbalance.maxvio"], len(r.experts) - 1.0),
-            {"expert": r.experts[hot], "token_share": float(share[hot]), "cv": float(np.median(st["cv"][ep])),
-             "maxvio": level, "entropy": float(np.median(st["entropy"][ep])), "experts": len(r.experts),
-             "episode_steps": length, "cv_after": float(np.median(st["cv"][start + length:]))
-             if start + length < mask.size else float(np.median(st["cv"][ep]))},
-            "moe.imbalance", start + persist - 1), (steps, st["maxvio"]))
+        sev, ev = _since_onset(ctx, severity(level, th["moe.imbalance.maxvio"], len(r.experts) - 1.0), mask, start, {
+            "expert": r.experts[hot], "token_share": float(share[hot]), "cv": float(np.median(st["cv"][ep])),
+            "maxvio": level, "entropy": float(np.median(st["entropy"][ep])), "experts": len(r.experts),
+            "episode_steps": length, "cv_after": float(np.median(st["cv"][start + length:]))
+            if start + length < mask.size else float(np.median(st["cv"][ep]))})
+        out.add(make_finding("ExpertImbalance", DIM, f"{r.prefix}expert:{r.experts[hot]}", steps, start,
+                             start + length - 1, sev, ev, "moe.imbalance", start + persist - 1), (steps, st["maxvio"]))
+
+
+def _since_onset(ctx: Context, sev: float, mask: np.ndarray, start: int, measured: dict) -> tuple[float, dict]:
+    """Severity and evidence weighted by how much of the run since the episode began showed the condition: an
+    early imbalance the router (and its balancing loss) works off is a transient of a healthy MoE, one that
+    persists is evidence of a fault (evidence.scaled, the Jeffreys bound of that share)."""
+    return scaled(ctx, sev, mask[start:], extra=measured)
 
 
 def dead(ctx: Context, data: ExpertData, out: Emit) -> None:
@@ -182,11 +189,10 @@ def dropping(ctx: Context, data: ExpertData, out: Emit) -> None:
             continue
         ep = slice(start, start + length)
         level = float(np.median(frac[ep]))
-        out.add(make_finding(
-            "TokenDropping", DIM, r.router or "router", steps, start, start + length - 1,
-            severity(level, th["moe.dropping.frac"], 0.9),
-            {"drop_fraction": level, "drop_fraction_max": float(frac.max()), "episode_steps": length},
-            "moe.dropping", start + persist - 1), (steps, frac))
+        sev, ev = _since_onset(ctx, severity(level, th["moe.dropping.frac"], 0.9), mask, start, {
+            "drop_fraction": level, "drop_fraction_max": float(frac.max()), "episode_steps": length})
+        out.add(make_finding("TokenDropping", DIM, r.router or "router", steps, start, start + length - 1, sev, ev,
+                             "moe.dropping", start + persist - 1), (steps, frac))
 
 
 def balance_loss(ctx: Context, data: object, out: Emit) -> None:

@@ -52,6 +52,24 @@ def evidence(findings: Sequence[Finding], judged: Iterable[str], floor: float = 
     return out
 
 
+BREAKDOWN = "NaNOrInf"
+
+
+def before_breakdown(findings: Sequence[Finding], judged: Iterable[str]) -> tuple[list[Finding], set[str]]:
+    """The findings that are evidence: once the loss or the gradients are non-finite, every later measurement
+    (a dead output, a vanished gradient, a plateau of NaN losses) is what the NaN did, not what caused it; those
+    symptoms are left unjudged (neither seen nor absent) unless a finding detected them before the NaN."""
+    judged = set(judged)
+    nan = [f.onset_step for f in findings if f.symptom == BREAKDOWN]
+    if not nan:
+        return list(findings), judged
+    t = min(nan)
+    keep = [f for f in findings if f.symptom == BREAKDOWN
+            or (f.detection_step if f.detection_step is not None else f.onset_step) <= t]
+    dropped = {f.symptom for f in findings} - {f.symptom for f in keep}
+    return keep, judged - dropped
+
+
 def _weight(f: Finding) -> float:
     w = f.evidence.get("evidence_weight", 1.0)
     return min(max(float(w), 0.0), 1.0) if isinstance(w, int | float) and not isinstance(w, bool) else 1.0

@@ -12,6 +12,7 @@ from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.engine.infer.causal import (
     UNKNOWN,
     CauseScore,
+    before_breakdown,
     evidence,
     posterior,
     priors,
@@ -85,7 +86,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
          edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
          from_run_start: bool = True) -> Ranking:
     """Score the candidates against the findings; build the hypotheses the knowledge base lets us report."""
-    judged = set(judged)
+    findings, judged = before_breakdown(findings, judged)
     ev = evidence(findings, judged, th["infer.evidence_floor"])
     pri = priors(model, th)
     steps = steps if steps is not None else max((f.end_step + 1 for f in findings), default=0)

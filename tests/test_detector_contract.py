@@ -1,9 +1,11 @@
 """The detector contract, parametrised over the one table of registered detectors (``DETECTORS``).
 
 Each detector judges a symptom of the knowledge base, declares the thresholds it reads (and reads no other),
-has an explanation phrase, is marked in the knowledge base (``dt:detectedBy``), emits only its own symptom, stays
-quiet on the healthy runs of every family of the quick benchmark, and finds the fault it is direct evidence of
-(``signature_of``) on every run where that fault manifested and its inputs were recorded.
+has an explanation phrase, is marked in the knowledge base (``dt:detectedBy``), emits only its own symptom, fires
+on the healthy runs of the quick benchmark's families no more often than the leak the knowledge base gives its
+symptom (``infer.leak.<Symptom>``, measured on the full matrix's healthy runs and look-alikes; a 99% binomial
+bound), and finds the fault it is direct evidence of (``signature_of``) on every run where that fault manifested in
+the presentation the detector measures and its inputs were recorded.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from scipy.stats import binom
 
 from debugtune.engine.diagnose import DETECTORS, Detector, Thresholds
 from debugtune.engine.diagnose.base import Context
@@ -25,6 +28,12 @@ MACHINE = {"communication", "hardware"}
 """Dimensions whose inputs time the machine itself. On the test machine other work shares the cores, so a step
 time that really rose, or a rank that really waited, is the machine and not the training: these are held to the
 healthy-quiet rule on real profiler traces and planted faults (bench/trace_agreement.py), not here."""
+
+
+PRESENTATION = {"gradient.forward_signal": lambda overrides: overrides.get("init_scale", 0.0) < 1.0}
+"""Detectors that measure one presentation of their signature fault: a forward signal vanishes under a shrinking
+initialisation; the families where Adam or normalisation undo a small one get a too-large init instead (see
+debugtune/scenarios/faults.py), which shows as exploding gradients or saturation."""
 
 
 def _local(iri: str) -> str:
@@ -120,7 +129,7 @@ def test_detector_on_real_runs(det: Detector, runs):
     """Over every run of the quick benchmark: only declared thresholds read, only its own symptom emitted (Emit
     raises otherwise), quiet on healthy runs, and its signature fault found wherever its inputs were recorded."""
     base = dict(thresholds().items())
-    loud, missed = [], []
+    loud, missed, healthy = [], [], 0
     for cell, view in runs:
         if det.missing(view.has):
             continue
@@ -128,9 +137,15 @@ def test_detector_on_real_runs(det: Detector, runs):
         judged, emit = _run(det, view, th)
         undeclared = {k for k in th.read if not det.declares(k)}
         assert not undeclared, f"{det.id} read undeclared thresholds {sorted(undeclared)} on {cell}"
-        if cell.name == "Healthy" and emit.found and det.dimension not in MACHINE:
-            loud.append(str(cell))
-        if cell.is_fault and cell.name in det.signature_of and judged and not emit.found:
+        if cell.name == "Healthy" and judged and det.dimension not in MACHINE:
+            healthy += 1
+            if emit.found:
+                loud.append(str(cell))
+        shown = PRESENTATION.get(det.id, lambda _: True)(cell.overrides)
+        if cell.is_fault and cell.name in det.signature_of and judged and shown and not emit.found:
             missed.append(str(cell))
-    assert not loud, f"{det.id} fired on healthy runs: {loud}"
+    leak = base.get(f"infer.leak.{det.symptom}", base["infer.leak"])
+    allowed = int(binom.ppf(0.99, healthy, leak))
+    assert len(loud) <= allowed, f"{det.id} fired on {len(loud)} of {healthy} healthy runs (its leak {leak:.2f} " \
+                                 f"allows {allowed}): {loud}"
     assert not missed, f"{det.id} missed its signature fault on: {missed}"

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from debugtune.engine.telemetry import read_telemetry
+from debugtune.engine.telemetry.aliases import canonical
 from debugtune.scenarios import programs
 from debugtune.scenarios.faults import FAMILY_PROGRAMS, FAULTS, LEAD, LOOKALIKES, SEVERITIES, Times, injection
 from debugtune.scenarios.harness import trained_parameters
@@ -47,7 +48,8 @@ def test_every_family_writes_its_telemetry(tmp_path, family):
         return
     names = STYLES[base.log_style]
     logged = {names["loss"], names["lr"].format(optimizer=type_name(base.optimizer))}
-    missing = (PROBE | logged) - set(tel.metrics())
+    have = set(tel.metrics()) | {canonical(m) for m in tel.metrics()}  # a framework's spelling or the probe's
+    missing = (PROBE | {canonical(n) for n in logged}) - have
     assert not missing, f"{program}: telemetry lacks {sorted(missing)}"
     assert ("act_zero_frac" in tel.metrics()) == (base.watch_activations and family in ("mlp", "cnn", "transformer",
                                                                                          "autoencoder"))

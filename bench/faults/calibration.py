@@ -192,7 +192,8 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
 def apply(model: CausalModel, th: Thresholds, cal: Calibration) -> tuple[CausalModel, Thresholds]:
     """The base model and thresholds with a calibration in force."""
     have = {(link.source, link.target) for link in model.links}
-    links = list(model.links) + [Link(a, b, v) for (a, b), (v, _) in sorted(cal.links.items()) if (a, b) not in have]
+    links = list(model.links) + [Link(a, b, v, measured=True) for (a, b), (v, _) in sorted(cal.links.items())
+                                 if (a, b) not in have]
     profiles = {c: [ps[k] for k in sorted(ps)] for c, ps in cal.profiles.items()}
     calibrated = replace(model, links=links, profiles=profiles)
     values = dict(th.items())
@@ -428,7 +429,7 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
     for (cause, sym), (value, note) in sorted(cal.links.items()):
         links.append("\n" + triples(f"{KB}link/{cause}-{sym}", [
             ("a", "dt:CausalLink"), ("skos:prefLabel", en(f"{cause} → {sym}")), ("dt:from", f"kb:{cause}"),
-            ("dt:to", f"kb:{sym}"), ("dt:strength", literal(float(value))),
+            ("dt:to", f"kb:{sym}"), ("dt:strength", literal(float(value))), ("dt:measured", "true"),
             ("rdfs:comment", en(f"Added by the diagnosis engine, calibrated on the fault bench: {note}.")),
             ("dct:source", src(cause))]))
     leaks = ["# Per-symptom leaks of the causal engine (P(finding | no modelled cause)): the rate at which the\n"
@@ -441,7 +442,8 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
             ("dt:value", literal(float(value))), ("dt:appliesTo", f"kb:{sym}"),
             ("skos:prefLabel", en(f"leak of {sym}")),
             ("skos:definition", en(f"Probability that {sym} is reported without any modelled cause.")),
-            ("skos:note", en(f"fault bench: reported in {k:.3g} of {m} healthy or look-alike runs (weighted by evidence)")),
+            ("skos:note", en(f"fault bench: reported in {k:.3g} of {m} healthy or look-alike runs "
+                             "(weighted by evidence)")),
             ("dct:source", iri(LEAK_SOURCE))]))
     out = {LINKS_FILE: "".join(links), LEAKS_FILE: "".join(leaks)}
     if cal.temperature is not None:

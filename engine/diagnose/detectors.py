@@ -94,11 +94,11 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("convergence.outputs", "OutputsNotLogits", C, (("output_min",), ("output_max",)),
              ("convergence.outputs.*",), wiring.output_range),
     # -- convergence: experts --------------------------------------------------------------------------
-    Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, "moe.imbalance.*"),
+    Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, *_EV, "moe.imbalance.*"),
              moe.imbalance, moe.expert_data),
     Detector("moe.dead", "DeadExperts", C, (("expert_tokens",),), (*_MOE, "moe.dead.*"), moe.dead, moe.expert_data),
     Detector("moe.dropping", "TokenDropping", C, (("expert_tokens",), ("dropped_tokens", "dropped_token_frac")),
-             (*_MOE, "moe.dropping.*", "moe.imbalance.min_frac"), moe.dropping, moe.expert_data,
+             (*_MOE, *_EV, "moe.dropping.*", "moe.imbalance.min_frac"), moe.dropping, moe.expert_data,
              signature_of=("CapacityFactorTooLow",)),
     Detector("moe.router_init", "RouterBiasedAtInit", C, (("router_bias_spread", "router_logit_spread"),),
              ("moe.router_init.*",), wiring.router_init, signature_of=("GateInitBias",)),

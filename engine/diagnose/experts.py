@@ -124,10 +124,14 @@ def imbalance(ctx: Context, data: ExpertData, out: Emit) -> None:
 
 
 def _since_onset(ctx: Context, sev: float, mask: np.ndarray, start: int, measured: dict) -> tuple[float, dict]:
-    """Severity and evidence weighted by how much of the run since the episode began showed the condition: an
-    early imbalance the router (and its balancing loss) works off is a transient of a healthy MoE, one that
-    persists is evidence of a fault (evidence.scaled, the Jeffreys bound of that share)."""
-    return scaled(ctx, sev, mask[start:], extra=measured)
+    """Severity and evidence weighted by how much of the run since the episode began showed the condition, when
+    that is less than half: an early imbalance the router (and its balancing loss) works off is a transient of a
+    healthy MoE, one that holds for most of the run is evidence of a fault (evidence.scaled, the Jeffreys bound of
+    that share; half is the midpoint between a condition that is mostly present and one mostly absent)."""
+    since = mask[start:]
+    if since.mean() >= 0.5:
+        return sev, {**measured, "share_since_onset": float(since.mean())}
+    return scaled(ctx, sev, since, extra={**measured, "share_since_onset": float(since.mean())})
 
 
 def dead(ctx: Context, data: ExpertData, out: Emit) -> None:

@@ -74,10 +74,13 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -
     """Whether the run could show what ``cause`` produces: its judged direct effects carry at least ``share`` of
     its direct link strength. A mixture-of-experts cause cannot be told apart in a dense model whose telemetry
     has no experts, nor a straggler in a single-process run: nothing argues for it, and nothing could argue
-    against it. Effects the run could not judge because they need a quantity many set-ups do not log
-    (``model.optional``, e.g. the balancing-loss term) do not count against it."""
-    links = [link for link in model.children.get(cause, ()) if link.target in judged or link.target not in
-             model.optional]
+    against it. ``dt:appliesWhenJudged`` says so where a cause's effects are all generic. Links that calibration
+    measured on other kinds of model (``dt:measured``) do not count, nor effects the run could not judge because
+    they need a quantity many set-ups do not log (``model.optional``, e.g. the balancing-loss term)."""
+    if not model.needs_judged.get(cause, frozenset()) <= judged:
+        return False
+    links = [link for link in model.children.get(cause, ()) if not link.measured
+             and (link.target in judged or link.target not in model.optional)]
     total = sum(link.strength for link in links)
     return total > 0 and sum(link.strength for link in links if link.target in judged) >= share * total
 

@@ -20,6 +20,7 @@ class Link:
     strength: float
     lag: int | None = None
     min_lag: int = 0
+    measured: bool = False  # added by calibration on the fault bench (``dt:measured``), not written by an author
 
 
 @dataclass
@@ -39,6 +40,8 @@ class CausalModel:
     """Symptoms that are facts about the set-up, not failures (``dt:precondition``)."""
     advisory: frozenset[str] = frozenset()
     """Causes that are advice, never the root cause of a problem (``dt:advisory``)."""
+    needs_judged: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Cause → symptoms a run must be able to judge for the cause to apply (``dt:appliesWhenJudged``)."""
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -63,13 +66,14 @@ def load_model(store: Store) -> CausalModel:
     """
     best: dict[tuple[str, str], Link] = {}
     for r in store.query("""
-            SELECT ?from ?to ?s ?lag WHERE {
+            SELECT ?from ?to ?s ?lag ?measured WHERE {
               ?l a dt:CausalLink ; dt:from ?from ; dt:to ?to ; dt:strength ?s .
-              OPTIONAL { ?l dt:typicalLagSteps ?lag } }""").dicts():
+              OPTIONAL { ?l dt:typicalLagSteps ?lag } OPTIONAL { ?l dt:measured ?measured } }""").dicts():
         a, b = _local(r["from"]), _local(r["to"])
         if a is None or b is None or not isinstance(r["s"], int | float):
             continue
-        link = Link(a, b, min(max(float(r["s"]), 0.0), 1.0), None if r["lag"] is None else int(r["lag"]))
+        link = Link(a, b, min(max(float(r["s"]), 0.0), 1.0), None if r["lag"] is None else int(r["lag"]),
+                    measured=r["measured"] is True)
         if (a, b) not in best or link.strength > best[(a, b)].strength:
             best[(a, b)] = link
     for r in store.query("""
@@ -104,6 +108,10 @@ def load_model(store: Store) -> CausalModel:
     optional = _flagged(store, "dt:Symptom", "dt:optionalObservation")
     preconditions = _flagged(store, "dt:Symptom", "dt:precondition")
     advisory = _flagged(store, "dt:Cause", "dt:advisory")
+    needs: dict[str, set[str]] = defaultdict(set)
+    for r in store.query("SELECT ?c ?s WHERE { ?c a dt:Cause ; dt:appliesWhenJudged ?s }").dicts():
+        if (c := _local(r["c"])) is not None and (sym := _local(r["s"])) is not None:
+            needs[c].add(sym)
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for r in store.query("""
             SELECT ?p ?c ?s ?v WHERE { ?p a dt:CalibrationProfile ; dt:profileOf ?c ; dt:symptomRate ?r .
@@ -113,7 +121,7 @@ def load_model(store: Store) -> CausalModel:
             profiles[c].setdefault(r["p"], {})[sym] = min(max(float(r["v"]), 0.0), 1.0)
     return CausalModel(causes, symptoms, list(best.values()), counts, labels, from_start,
                        {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()}, optional, preconditions,
-                       advisory)
+                       advisory, {c: frozenset(v) for c, v in needs.items()})
 
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:

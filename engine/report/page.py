@@ -15,7 +15,7 @@ from typing import Any
 from debugtune.engine.report import plots
 from debugtune.engine.report.chain import chain_svg
 from debugtune.engine.report.escape import h, script_json
-from debugtune.engine.report.gather import ReportData
+from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.tables import (
     absent,
     cost_block,
@@ -89,12 +89,15 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
-def shell(title: str, body: str, *, plotly: bool = False, scripts: str = "") -> str:
-    """A whole page: the common style, plotly.js inlined when asked, ``body`` (HTML) and trailing scripts."""
-    js = f"<script>{plotly_js()}</script>" if plotly else ""
+def shell(title: str, body: str, *, plotly: bool = False, scripts: str = "", plotly_src: str | None = None,
+          head: str = "") -> str:
+    """A whole page: the common style, plotly.js when asked (inlined, or from ``plotly_src`` on the same server),
+    extra ``head`` markup, ``body`` (HTML) and trailing scripts."""
+    js = "" if not plotly else (f'<script src="{h(plotly_src)}"></script>' if plotly_src
+                                else f"<script>{plotly_js()}</script>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{h(title)}</title><style>{STYLE}</style>{js}</head>"
+            f"<title>{h(title)}</title><style>{STYLE}</style>{head}{js}</head>"
             f"<body>{body}{scripts}</body></html>\n")
 
 
@@ -186,9 +189,10 @@ def sections_of(d: ReportData) -> list[Section]:
     return out
 
 
-def render(d: ReportData) -> Report:
-    """The report page of the gathered data."""
-    sections = sections_of(d)
+def page_of(title: str, heading: str, sections: list[Section], *, top: str = "",
+            plotly_src: str | None = None) -> tuple[str, int]:
+    """A page of sections with their figures (drawn by plotly.js in the browser); ``heading`` is the header's
+    HTML, ``top`` HTML above it (the dashboard's links). Returns the page and its number of figures."""
     figures: dict[str, dict[str, Any]] = {}
     blocks = []
     for s in sections:
@@ -199,19 +203,28 @@ def render(d: ReportData) -> Report:
             cap = f'<p class="caption">{fig.caption}</p>' if fig.caption else ""
             inner += f'<div class="plot" id="{pid}"></div>{cap}'
         blocks.append(f'<section id="{h(s.id)}" data-state="{s.state}"><h2>{h(s.title)}</h2>{inner}</section>')
-    nav = "".join(f'<a href="#{h(s.id)}">{h(s.title)}</a>' for s in sections)
-    status, sentence = status_of(d)
-    version = _version()
-    body = (f"<header><h1>debugtune report: {h(d.run_id)}</h1><div>{h(sentence)}</div></header>"
-            f"<nav>{nav}</nav><main>{''.join(blocks)}</main>"
-            f"<footer>debugtune {h(version)} · generated {h(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} · "
-            f"self-contained: plotly.js is inlined, nothing is fetched from the network.</footer>")
+    links = "".join(f'<a href="#{h(s.id)}">{h(s.title)}</a>' for s in sections)
+    where = ("self-contained: plotly.js is inlined, nothing is fetched from the network." if plotly_src is None
+             else "plotly.js is served by this server; nothing is fetched from elsewhere.")
+    body = (f"{top}<header>{heading}</header><nav>{links}</nav><main>{''.join(blocks)}</main>"
+            f"<footer>debugtune {h(_version())} · generated {h(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} · "
+            f"{where}</footer>")
     scripts = (f'<script type="application/json" id="dt-figures">{script_json(figures)}</script>'
                f"<script>{RENDER}</script>")
-    page = shell(f"debugtune report: {d.run_id} ({status})", body, plotly=True, scripts=scripts)
+    return shell(title, body, plotly=True, scripts=scripts, plotly_src=plotly_src), len(figures)
+
+
+def render(d: ReportData, *, top: str = "", plotly_src: str | None = None) -> Report:
+    """The report page of the gathered data; the dashboard's run page adds its links (``top``, HTML) and
+    loads plotly.js from ``plotly_src`` instead of inlining it."""
+    sections = sections_of(d)
+    status, sentence = status_of(d)
+    page, n = page_of(f"debugtune report: {d.run_id} ({status})",
+                      f"<h1>debugtune report: {h(d.run_id)}</h1><div>{h(sentence)}</div>", sections, top=top,
+                      plotly_src=plotly_src)
     info = {s.id: {"title": s.title, "state": s.state, "figures": len(s.figures),
                    **({"note": _plain(s.note)} if s.state == "absent" else {})} for s in sections}
-    return Report(run_id=d.run_id, html=page, sections=info, plots=len(figures),
+    return Report(run_id=d.run_id, html=page, sections=info, plots=n,
                   chains=min(len(d.hypotheses), CHAINS_SHOWN), cost=d.cost.as_dict() if d.cost else None)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from debugtune.engine.report.downsample import Grid, downsample_grid, minmax_line
 from debugtune.engine.report.escape import h, ptext
-from debugtune.engine.report.gather import ReportData
+from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.marks import bands, boxes, natural_key, row_labels
 from debugtune.engine.report.series import HARDWARE_ORDER, TIME_METRICS
 from debugtune.kg.records import Finding, location_kind

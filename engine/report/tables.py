@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from debugtune.engine.report.escape import h
-from debugtune.engine.report.gather import ReportData
+from debugtune.engine.report.data import ReportData
 from debugtune.kg.namespaces import local_name
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from debugtune.engine.report.cost import CostConstants, ProblemCost, Roi, problem_cost, roi
-    from debugtune.engine.report.errors import ReportError
     from debugtune.engine.report.data import ReportData, gather
+    from debugtune.engine.report.errors import ReportError
     from debugtune.engine.report.page import Report, render, shell
     from debugtune.kg.store import Store
 

@@ -4,8 +4,8 @@ symptom and place, both losses on one axis, and each symptom's severity in both 
 from __future__ import annotations
 
 from debugtune.engine.report import plots
-from debugtune.engine.report.escape import h, ptext
 from debugtune.engine.report.data import ReportData
+from debugtune.engine.report.escape import h, ptext
 from debugtune.engine.report.page import Section, page_of
 from debugtune.engine.report.tables import absent, named, status_of, table
 from debugtune.engine.report.text import number

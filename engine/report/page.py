@@ -14,8 +14,9 @@ from typing import Any
 
 from debugtune.engine.report import plots
 from debugtune.engine.report.chain import chain_svg
-from debugtune.engine.report.escape import h, script_json
+from debugtune.engine.report.correlation import correlation_svg
 from debugtune.engine.report.data import ReportData
+from debugtune.engine.report.escape import h, script_json
 from debugtune.engine.report.tables import (
     absent,
     cost_block,
@@ -26,6 +27,7 @@ from debugtune.engine.report.tables import (
     status_of,
     suggestions_table,
     summary_table,
+    table,
 )
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 
@@ -63,7 +65,10 @@ svg.chain .cause rect { fill: #fde2df; } svg.chain .symptom rect { fill: #e3edf9
 svg.chain .missing rect { fill: #f3f3f3; stroke-dasharray: 4 3; }
 svg.chain text { font: 12px system-ui, sans-serif; fill: #1d232a; }
 svg.chain text.sub { fill: #5b6570; font-size: 11px; }
-svg.chain text.strength { font-size: 11px; fill: #333; font-weight: 600; }
+svg.chain text.strength, svg.correlation text.strength { font-size: 11px; fill: #333; font-weight: 600; }
+svg.correlation rect { fill: #e3edf9; stroke: #355; stroke-width: 1.2; }
+svg.correlation text { font: 12px system-ui, sans-serif; fill: #1d232a; }
+svg.correlation text.sub { fill: #5b6570; font-size: 11px; }
 footer { color: var(--muted); font-size: 12px; padding: 0 28px 30px; }
 form textarea { width: 100%; font: 13px ui-monospace, monospace; min-height: 90px; }
 .error { color: #b3261e; white-space: pre-wrap; }
@@ -160,6 +165,26 @@ def _chains(d: ReportData) -> Section:
     return Section("chain", "Cause chain", html=legend + "".join(parts) + tail)
 
 
+def _correlation(d: ReportData) -> Section:
+    svg = correlation_svg(d.findings, d.correlations, d.label)
+    if not svg:
+        note = ("No two findings' series moved together, so the correlation graph has no edge." if d.findings
+                else "No findings, so no correlation graph.")
+        return Section("correlation", "Correlation graph", html=absent(note), note=note)
+    by_id = {f.id: f for f in d.findings}
+    rows = [(named(d, by_id[e.a].symptom) + f" <code>{h(by_id[e.a].entity or '(run)')}</code>",
+             named(d, by_id[e.b].symptom) + f" <code>{h(by_id[e.b].entity or '(run)')}</code>",
+             h(f"{e.lag_steps} steps" if e.lag_steps else "same step"), f"{e.correlation:+.3f}")
+            for e in d.correlations if e.a in by_id and e.b in by_id]
+    legend = ('<p class="caption">Findings whose series moved together: an arrow from the one that moved first to '
+              "the one that followed (a double arrow: the same step), labelled with the correlation coefficient "
+              "r and the lag; width grows with |r|, a dashed edge is a negative correlation. The root-cause "
+              "inference counts an edge as support for a chain that links both symptoms.</p>")
+    return Section("correlation", "Correlation graph",
+                   html=legend + f'<div class="chainbox">{svg}</div>'
+                   + table(("leads", "follows", "lag", "r"), rows, "correlations"))
+
+
 def sections_of(d: ReportData) -> list[Section]:
     status, sentence = status_of(d)
     notes = [*d.diagnosis.get("notes", []), *d.notes] + ([d.telemetry_note] if d.telemetry_note else [])
@@ -171,6 +196,7 @@ def sections_of(d: ReportData) -> list[Section]:
     out = [Section("summary", "Run and diagnosis", html=summary),
            Section("cost", "Cost of the problem", html=cost_block(d), note=d.cost_note if d.cost is None else ""),
            _chains(d),
+           _correlation(d),
            _figure_section("loss", "Loss and learning rate", plots.loss_figure(d)),
            _figure_section("gradients", "Gradient norms per layer", plots.gradient_figure(d)),
            _figure_section("experts", "Experts: token share", plots.expert_figure(d)),

@@ -206,6 +206,7 @@ def roi_command(
 ) -> None:
     """What problems cost a job of this size, and what a debugging setup saves (docs/roi.md)."""
     from debugtune.engine.report import CostConstants, roi
+    from debugtune.engine.report.text import number
 
     with session_store(store) as st:
         constants = CostConstants.from_store(st).override(
@@ -225,7 +226,7 @@ def roi_command(
                        ("card_hours_lost_tool", "card-h lost, detected by the tool"),
                        ("saving_card_hours", "saving (card-h)"), ("overhead_card_hours", "telemetry overhead (card-h)"),
                        ("net_card_hours", "net saving (card-h)"), ("net_cost", "net saving ($)")):
-        table.add_row(label, f"{day[key]:,.4g}", f"{month[key]:,.4g}")
+        table.add_row(label, number(day[key]), number(month[key]))
     console.print(table)
     hours = out["per_incident_hours"]
     console.print("hours lost per incident: " + ", ".join(f"{k} {v:.3g}" for k, v in hours.items())

@@ -16,6 +16,7 @@ from tests.report_fixtures import (
     hostile_store,
     network_requests,
     requests_made,
+    save_screenshot,
     seed_run,
     wait_for_plots,
 )
@@ -34,15 +35,6 @@ def _open(driver, path):
     return wait_for_plots(driver)
 
 
-def screenshot(driver, path) -> None:
-    """A full-page screenshot (the window grown to the page height); prints where it is."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(int(height) + 40, 16000))
-    driver.save_screenshot(str(path))
-    driver.set_window_size(1400, 1000)
-    print(f"screenshot: {path}")
-
-
 def test_report_renders_every_plot_without_errors_or_requests(browser, tmp_path):
     store = open_store(None)
     run_id = diagnose(seed_run(), store=store).run
@@ -56,8 +48,7 @@ def test_report_renders_every_plot_without_errors_or_requests(browser, tmp_path)
     urls = requests_made(browser)
     assert page.as_uri() in urls
     assert [u for u in urls if u.split(":", 1)[0] in NETWORK_SCHEMES] == [], "the report must fetch nothing"
-    screenshot(browser, tmp_path / "report.png")
-    assert (tmp_path / "report.png").stat().st_size > 10_000
+    assert save_screenshot(browser, "report").stat().st_size > 10_000
     store.close()
 
 
@@ -78,5 +69,5 @@ def test_markup_in_run_data_renders_as_text(browser, tmp_path):
     assert XSS in ticks
     assert console_errors(browser) == []
     assert network_requests(browser) == []
-    screenshot(browser, tmp_path / "hostile.png")
+    save_screenshot(browser, "report-hostile-run")
     store.close()

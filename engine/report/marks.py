@@ -71,13 +71,15 @@ def boxes(findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] |
                            "x1": f.end_step + 0.5, "y0": lo - 0.5, "y1": hi + 0.5,
                            "line": {"color": c, "width": 2}, "fillcolor": "rgba(0,0,0,0)"})
         top = cells[0] if hit is not None else 0
-        # the label sits above the map (the figure stacks them in its top margin) with an arrow down to the
-        # top edge of its box, so it never covers the rows it points to
-        notes.append({"x": f.onset_step, "xref": "x", "y": top - 0.5, "yref": "y", "ax": f.onset_step,
-                      "axref": "x", "ay": 1.0, "ayref": "y domain", "showarrow": True,
-                      "arrowhead": 2, "arrowwidth": 1, "arrowcolor": c, "xanchor": "left", "yanchor": "bottom",
-                      "text": _caption(f, label), "font": {"size": 10, "color": c},
-                      "bgcolor": "rgba(255,255,255,0.8)"})
+        # the label sits above the map, in the top margin (the figure stacks the labels there, one line each),
+        # and a dotted line climbs from the box's corner to it, so no label covers the rows it points to
+        if top > 0:
+            shapes.append({"type": "line", "xref": "x", "yref": "y", "x0": f.onset_step - 0.5,
+                           "x1": f.onset_step - 0.5, "y0": top - 0.5, "y1": -0.5,
+                           "line": {"color": c, "width": 1, "dash": "dot"}})
+        notes.append({"x": f.onset_step - 0.5, "xref": "x", "y": 1.0, "yref": "paper", "xanchor": "left",
+                      "yanchor": "bottom", "showarrow": False, "text": _caption(f, label),
+                      "font": {"size": 10, "color": c}, "bgcolor": "rgba(255,255,255,0.8)"})
     return shapes, notes, off
 
 

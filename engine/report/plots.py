@@ -125,11 +125,12 @@ def _heat_figure(title: str, grid: Grid, steps: np.ndarray, labels: list[str], c
     height = min(900, max(300, 120 + 14 * n)) + label_px
     domain_px = height - (48 + label_px) - 48
     for i, note in enumerate(notes):
-        note["ay"] = 1 + (4 + 18 * i) / domain_px
+        note["y"] = 1 + (4 + 18 * i) / domain_px
     fig = Figure([_heatmap(grid, steps, labels, colour, hover)],
                  layout(title, height=height, shapes=shapes, annotations=notes,
                         margin={"l": 70, "r": 30, "t": 48 + label_px, "b": 48},
                         yaxis={"type": "category", "automargin": True, "autorange": "reversed"}))
+    fig.layout["title"].update({"y": 1 - 10 / height, "yanchor": "top"})  # above the labels' band
     return fig, off
 
 

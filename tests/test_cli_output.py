@@ -20,6 +20,7 @@ from debugtune.kg import open_store
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.knowledge import load_knowledge
 from debugtune.kg.records import Finding
+from tests.app_server import free_port
 from tests.conftest import SHARED_FIXTURES
 from tests.report_fixtures import seed_run
 
@@ -220,10 +221,9 @@ def test_serve_banner_names_every_page(world):
     from debugtune.server import create_app
 
     st = open_store(None)
-    try:
-        app = create_app(st)
-    finally:
-        st.close()
+    app = create_app(st)
+    app.state.settings.close()  # no query worker is needed to list the routes
+    st.close()
     listed = {path for _, path in SERVED}
     for route in app.routes:
         path = getattr(route, "path", "")
@@ -232,7 +232,7 @@ def test_serve_banner_names_every_page(world):
             continue
         generic = re.sub(r"\{[^}]+\}", "{id}", path)
         assert generic in listed or path in listed, path
-    port = 18000 + (abs(hash(world["store"])) % 2000)
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", "from debugtune.cli import debug_main; debug_main()", "serve",
                              "--store", "memory", "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**_env(), "COLUMNS": str(WIDTH)})
@@ -249,3 +249,15 @@ def test_serve_banner_names_every_page(world):
 
 def _env() -> dict[str, str]:
     return dict(os.environ)
+
+
+def test_kb_check_reports_its_stages():
+    """`kb check` shows what it is doing while pyshacl runs (its spinner reads these stages)."""
+    from debugtune.kg.validate import validate_store
+
+    graph = "https://w3id.org/debugtune/graph/small"
+    st = open_store(None)
+    st.load_data("@prefix dt: <https://w3id.org/debugtune#> . <urn:x> a dt:Cause .", graph=graph)
+    stages: list[str] = []
+    validate_store(st, graphs=(graph,), progress=stages.append)
+    assert stages[0] == "reading small for pyshacl" and re.fullmatch(r"validating \d+ triples .*", stages[-1])

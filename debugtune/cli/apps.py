@@ -30,8 +30,9 @@ DEBUG_COMMANDS: dict[str, tuple[str, str]] = {
                              "remedies, cost)."),
     "serve": ("serve_cmd", "Serve /sparql (SPARQL 1.1 Protocol), /rdf-graphs (Graph Store), /dsl, /runs and "
                            "/health; docs at /docs."),
-    "demo": ("demo_cmd", "Train the seed scenario (a tiny MoE whose router starts biased towards one expert), "
-                         "diagnose it and name the root cause with its chain of evidence."),
+    "demo": ("demo_cmd", "The seed journey: diagnose a tiny MoE whose router starts biased, suggest the remedies "
+                         "its trial can apply, tune the best one by replay from a checkpoint, package the case for "
+                         "the next team, and prevent it."),
 }
 TUNE_COMMANDS: dict[str, tuple[str, str]] = {
     "auto": ("tune_cmd", "Tune a remedy's parameters with a few experiments, transferring from similar cases in "

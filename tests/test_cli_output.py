@@ -1,6 +1,7 @@
-"""Output that reads: every command at ``COLUMNS=80`` prints no line wider than 80 (tables fit, no cell cut,
-no ``None``), ``--wide`` keeps every column, ``--help`` lists commands without importing them and never
-cuts an option name, and the ``serve`` banner names every page the app serves."""
+"""Output that reads: every command at ``COLUMNS=80`` (contribute, import and feedback included) prints no
+line wider than 80 (tables fit, no cell cut, no ``None``), ``--wide`` keeps every column, ``--help`` lists
+commands without importing them and never cuts an option name, and the ``serve`` banner names every page the
+app serves."""
 
 from __future__ import annotations
 
@@ -91,6 +92,12 @@ def _commands(w) -> list[tuple[object, list[str]]]:
         (tune_app, ["auto", w["run"], "--remedy", "RouterInitRescale", "--trial", trial, "-o", "cv", "-o", "loss",
                     "--max-experiments", "3", "--random", "--executor", "inline", "--no-record", *s]),
         (tune_app, ["roi", "--params", "7e9", "--cards", "1024", *s]),
+        (tune_app, ["contribute", w["run"], "-o", str(w["root"] / "case.zip"), "--remedy", "RouterInitRescale",
+                    "--outcome", "success", *s]),
+        # into a store of their own, so the shared one keeps its cases and success rates for the other tests
+        (tune_app, ["import", str(w["root"] / "case.zip"), "--store", "memory"]),
+        (tune_app, ["feedback", "Switch-InitScale", "--outcome", "success", "--reporter", "cli-80", "--store",
+                    "memory"]),
     ]
 
 
@@ -102,7 +109,8 @@ def test_every_command_fits_80_columns(world, monkeypatch):
         assert r.exit_code in (0, 1, 2), (args, r.output, r.exception)
         assert _wide_lines(r.stdout) == [], (args, r.stdout)
         assert not re.search(r"\bNone\b", r.stdout), (args, r.stdout)
-        if args[0] in ("diagnose", "root-cause", "query", "roi", "auto", "lint", "report", "stats"):
+        if args[0] in ("diagnose", "root-cause", "query", "roi", "auto", "lint", "report", "stats", "contribute",
+                       "import", "feedback"):
             assert r.exit_code in (0, 1), (args, r.output)
 
 

@@ -7,7 +7,7 @@ TORCH_PIN ?= torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install demo test bench lint clean
+.PHONY: install demo test bench lint clean dashboard-assets
 
 install: $(STAMP)
 
@@ -33,6 +33,11 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
+
+# The dashboard's SPARQL editor (YASGUI, MIT) from npm into debugtune/static/yasgui; the output is committed,
+# so install and CI need no npm (docs/report.md).
+dashboard-assets:
+	cd dashboard && npm ci --ignore-scripts --no-audit --no-fund && node build.mjs
 
 lint: install
 	$(BIN)/ruff check .

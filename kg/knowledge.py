@@ -2,7 +2,8 @@
 
 Every Turtle file is parsed before anything is written, so a syntax error in any file names the
 file and line and leaves the store as it was. A content hash kept in the store skips reloading an
-unchanged knowledge base (the on-disk store keeps it between commands).
+unchanged knowledge base (the on-disk store keeps it between commands); a changed one is loaded from its
+compiled snapshot (kg/snapshot.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from debugtune import cases, ontology
 from debugtune.kg.errors import KgError
 from debugtune.kg.namespaces import DT, GRAPH_KB, GRAPH_ONTOLOGY
 from debugtune.kg.store import Store, parse_rdf, rdf_format
-
-_HASH = ox.NamedNode(DT + "contentHash")
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,8 @@ def parse_files(files: Sequence[Path]) -> list[ox.Triple | ox.Quad]:
 def load_knowledge(store: Store, *, force: bool = False,
                    sources: Sequence[KnowledgeSource] | None = None) -> dict[str, int]:
     """Load (or refresh) the ontology and knowledge base; returns triples loaded per graph (0 = unchanged)."""
+    from debugtune.kg.snapshot import load_source
+
     loaded: dict[str, int] = {}
     for src in sources or default_sources():
         if not src.files:
@@ -64,10 +65,7 @@ def load_knowledge(store: Store, *, force: bool = False,
         if not force and _stored_digest(store, src.graph) == digest:
             loaded[src.graph] = 0
             continue
-        triples = parse_files(src.files)
-        stamp = ox.Triple(ox.NamedNode(src.graph), _HASH, ox.Literal(digest))
-        store.clear(src.graph)
-        loaded[src.graph] = store.load([*triples, stamp], graph=src.graph)
+        loaded[src.graph] = load_source(store, src, digest)  # from the compiled snapshot (kg/snapshot.py)
     return loaded
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import pyoxigraph as ox
@@ -53,11 +53,17 @@ def validate_graph(data: rdflib.Graph, *, with_ontology: bool = True) -> list[Vi
     return _violations(report)
 
 
-def validate_store(store: Store, graphs: Sequence[str] = (GRAPH_ONTOLOGY, GRAPH_KB)) -> list[Violation]:
-    """Validate the union of named graphs of a store (default: ontology and knowledge base)."""
+def validate_store(store: Store, graphs: Sequence[str] = (GRAPH_ONTOLOGY, GRAPH_KB),
+                   progress: Callable[[str], None] | None = None) -> list[Violation]:
+    """Validate the union of named graphs of a store (default: ontology and knowledge base); ``progress``
+    hears each stage as it starts (pyshacl itself reports nothing until it is done)."""
     g = rdflib.Graph()
     for name in graphs:
+        if progress:
+            progress(f"reading {name.rsplit('/', 1)[-1]} for pyshacl")
         g.parse(data=store.dump(name, ox.RdfFormat.N_TRIPLES).decode("utf-8"), format="nt")
+    if progress:
+        progress(f"validating {len(g):,} triples against ontology/shapes.ttl (pyshacl)")
     return validate_graph(g, with_ontology=GRAPH_ONTOLOGY not in graphs)
 
 

@@ -21,11 +21,18 @@ def fixtures_dir() -> Path:
     return SHARED_FIXTURES
 
 
+@pytest.fixture(scope="session")
+def _snapshot_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("dtcache")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory, monkeypatch):
-    """Each test gets its own DEBUGTUNE_HOME, so no test touches ~/.debugtune or another test's store."""
+def _isolated_home(tmp_path_factory, monkeypatch, _snapshot_cache):
+    """Each test gets its own DEBUGTUNE_HOME, so no test touches ~/.debugtune or another test's store; the
+    compiled knowledge-base snapshot (kg/snapshot.py) is shared by the session, as one home shares it."""
     home = tmp_path_factory.mktemp("dthome")
     monkeypatch.setenv("DEBUGTUNE_HOME", str(home))
+    monkeypatch.setenv("DEBUGTUNE_CACHE", str(_snapshot_cache))
     monkeypatch.delenv("DEBUGTUNE_STORE", raising=False)
     yield
 

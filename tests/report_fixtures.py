@@ -87,6 +87,24 @@ def chromium(*, offline: bool = False) -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+def save_screenshot(driver: Any, name: str, *, full: bool = True) -> Path:
+    """A screenshot of the page (grown to its whole height unless ``full`` is False) as ``<name>.png`` in
+    ``$DEBUGTUNE_SCREENSHOTS`` (docs/img when refreshing the docs' pictures) or a temporary folder."""
+    import os
+
+    folder = Path(os.environ.get("DEBUGTUNE_SCREENSHOTS") or _root())
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    if full:
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1400, min(int(height) + 40, 16000))
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1400, 1000)
+    print(f"screenshot: {path}")
+    assert path.stat().st_size > 5_000
+    return path
+
+
 def console_errors(driver: Any) -> list[dict]:
     """Console messages of level SEVERE since the last call."""
     return [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
@@ -133,7 +151,7 @@ def wait_for_plots(driver: Any, timeout: float = 30.0) -> dict[str, int]:
         with_svg: Array.from(document.querySelectorAll('div.plot.js-plotly-plot'))
                        .filter(d => d.querySelector('.main-svg')).length,
         with_data: Array.from(document.querySelectorAll('div.plot.js-plotly-plot'))
-                       .filter(d => d.querySelector('.cartesianlayer .plot path, .heatmaplayer image, '
+                       .filter(d => d.querySelector('.cartesianlayer .plot path, .barlayer path, .heatmaplayer image, '
                                                     + '.heatmaplayer path, .scatterlayer path')).length,
         chains: document.querySelectorAll('svg.chain').length,
         chain_nodes: document.querySelectorAll('svg.chain g.node').length,

@@ -1,8 +1,9 @@
-"""The acceptance test of the seed journey: `cann-debug demo --json` trains the seed scenario on CPU and walks the
-five steps — GateInitBias diagnosed first with its chain and the expert-utilisation figures; applicable suggestions
-first (EnableBiasBalancing shown as not applicable); the top one tuned by replay to a utilisation std of at most
-15 points in at most 4 experiments within 5% of the run's cost; the case packaged, imported into a fresh store and
-reused by the next seed; a rule learned and the next biased model stopped at attach — one key per step."""
+"""The acceptance test of the seed journey: `cann-debug demo` (read at 80 columns; its figures from demo.json) trains
+the seed scenario on CPU and walks the five steps — GateInitBias diagnosed first with its chain and the
+expert-utilisation figures; applicable suggestions first (EnableBiasBalancing shown as not applicable); the top one
+tuned by replay to a utilisation std of at most 15 points in at most 4 experiments within 5% of the run's cost; the
+case packaged, imported into a fresh store and reused by the next seed; a rule learned and the next biased model
+stopped at attach — one key per step."""
 
 from __future__ import annotations
 
@@ -19,10 +20,15 @@ CLI = str(Path(sys.executable).with_name("cann-debug"))
 
 @pytest.mark.slow
 def test_demo_walks_the_seed_journey(tmp_path):
-    env = {**os.environ, "DEBUGTUNE_HOME": str(tmp_path), "OPENBLAS_NUM_THREADS": "1", "COLUMNS": "160"}
-    res = subprocess.run([CLI, "demo", "--json"], capture_output=True, text=True, timeout=600, env=env)
+    env = {**os.environ, "DEBUGTUNE_HOME": str(tmp_path), "OPENBLAS_NUM_THREADS": "1", "COLUMNS": "80"}
+    res = subprocess.run([CLI, "demo"], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    out = json.loads(res.stdout)
+    # what the user reads: every line (both tables included) fits 80 columns, no None, every step shown
+    assert not [line for line in res.stdout.splitlines() if len(line.rstrip()) > 80], res.stdout
+    assert "None" not in res.stdout and all(f"step {n}/5" in res.stdout for n in range(1, 6))
+    # the figures, as --json prints them, saved beside the runs
+    out = json.loads((tmp_path / "runs" / "demo.json").read_text())
+    assert f"{out['tuning']['remedy']}: {out['tuning']['experiments']} experiment(s)" in res.stdout
     assert {"diagnosis", "suggestions", "tuning", "package", "reuse", "prevention"} <= set(out)
 
     # 1. diagnosis, as `cann-debug diagnose` saves it, plus the story's figures

@@ -88,9 +88,10 @@ def _run(*args: str, input: str | None = None):
 def test_text_output_names_rule_keys_message_and_fix(store_dir, files):
     r = _run(str(files / "bad.sh"), "--store", store_dir)
     assert r.exit_code == 1, r.output
-    assert "MEG016" in r.output and "12 attention heads do not split over tensor-parallel size 8" in r.output
-    assert "num_attention_heads=12" in r.output and "fix:" in r.output
-    assert "MEG100" in r.output and "did you mean --tensor-model-parallel-size?" in r.output
+    text = " ".join(r.output.split())  # messages wrap at the terminal's width (80 here)
+    assert "MEG016" in text and "12 attention heads do not split over tensor-parallel size 8" in text
+    assert "num_attention_heads=12" in text and "fix:" in text
+    assert "MEG100" in text and "did you mean --tensor-model-parallel-size?" in text
     assert f"{files / 'bad.sh'}:3" in r.output.replace("\n", "")
 
 

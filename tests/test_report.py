@@ -17,12 +17,12 @@ from debugtune.engine.report import build_report, gather, render
 from debugtune.engine.report.chain import chain_svg
 from debugtune.engine.report.downsample import downsample_grid, minmax_line
 from debugtune.engine.report.page import plotly_js
-from debugtune.engine.report.plots import MAX_COLS, MAX_POINTS, MAX_ROWS, tuning_figures
+from debugtune.engine.report.plots import MAX_COLS, MAX_POINTS, MAX_ROWS, rank_figures, tuning_figures
 from debugtune.engine.telemetry import TelemetryWriter, write_run_json
 from debugtune.kg import open_store
 from debugtune.kg.assertions import add_experiments, replace_diagnosis
 from debugtune.kg.knowledge import load_knowledge
-from debugtune.kg.records import Experiment, Finding, Hypothesis
+from debugtune.kg.records import CorrelationEdge, Experiment, Finding, Hypothesis
 from tests.report_fixtures import hostile_store, seed_run
 
 LIMIT = 10_000_000
@@ -66,11 +66,18 @@ def test_cli_report_writes_one_self_contained_page(seed, tmp_path):
     page = out.read_text(encoding="utf-8")
     assert summary["html"] == str(out) and summary["bytes"] == len(page.encode()) < LIMIT
     states = {k: v["state"] for k, v in summary["sections"].items()}
-    for section in ("summary", "cost", "chain", "loss", "gradients", "experts", "ranks", "hardware", "suggestions",
-                    "findings"):
+    for section in ("summary", "cost", "chain", "loss", "gradients", "experts", "ranks", "suggestions", "findings"):
         assert states[section] == "rendered", (section, summary["sections"][section])
+    edges = json.loads((run_dir / "diagnosis.json").read_text())["correlations"]
+    assert states["correlation"] == ("rendered" if edges else "absent")
     assert states["tuning"] == "absent" and "cann-tune auto" in summary["sections"]["tuning"]["note"]
-    assert summary["plots"] == page.count('<div class="plot" id="plot-') >= 5
+    # 80 probed steps on CPU sample the host fewer times than the detectors need: not judged, so not drawn
+    hardware = summary["sections"]["hardware"]
+    assert hardware["state"] == "absent" and "at least 20" in hardware["note"] and "hardware.min_samples" in \
+        hardware["note"]
+    # a 80-step run of a few seconds: no saving projected against a detection by hand that takes hours
+    assert summary["cost"]["projection_applies"] is False and "not shown: the run lasted" in page
+    assert summary["plots"] == page.count('<div class="plot" id="plot-') >= 4
     assert network_references(page) == []
     top = summary["cost"]
     assert top["lost_card_hours"] == pytest.approx(
@@ -120,21 +127,58 @@ def test_tuning_plots_objectives_and_the_pareto_front(seed):
                        objectives={"loss": a, "cv": b}, cost=0.1, seed=i) for i, (a, b) in enumerate(values)]
     exps.append(Experiment(id="tune-t-006", remedy="RouterInitRescale", parameters={"init_std": 0.5}, objectives={},
                            cost=0.1, seed=6, status="failed"))
-    add_experiments(store, run_id, exps)
+    other = [Experiment(id=f"tune-u-{i + 1:03d}", remedy="EnableBiasBalancing", parameters={"bias_update_rate": r},
+                        objectives={"loss": 2.0 - r}, cost=0.1, seed=i) for i, r in enumerate((0.1, 0.3))]
+    add_experiments(store, run_id, [*exps, *other])
     data = gather(store, run_id)
     figs, note = tuning_figures(data)
-    assert note == "" and len(figs) == 2
-    front = {(round(x, 6), round(y, 6)) for x, y in zip(figs[1].data[1]["x"], figs[1].data[1]["y"], strict=True)}
+    # per remedy: one figure per objective (cv, loss) and the Pareto front; the other remedy's session apart
+    titles = [f.layout["title"]["text"] for f in figs]
+    assert note == "" and len(figs) == 4, titles
+    assert [t.split(":")[0] for t in titles] == [data.label("RouterInitRescale")] * 3 + [
+        data.label("EnableBiasBalancing")]
+    assert list(figs[3].data[0]["y"]) == [1.9, 1.7] and list(figs[3].data[0]["x"]) == [1, 2]
+    front = {(round(x, 6), round(y, 6)) for x, y in zip(figs[2].data[1]["x"], figs[2].data[1]["y"], strict=True)}
     # brute force: (cv, loss) minimised; a point is on the front when no other is at least as good in both
     expected = {(b, a) for a, b in values
                 if not any(c <= a and d <= b and (c, d) != (a, b) for c, d in values)}
     assert front == {(round(a, 6), round(b, 6)) for a, b in expected}
     best = figs[0].data[1]["y"]  # best cv so far (objectives sorted: cv, loss)
     assert list(best) == list(np.minimum.accumulate([b for _, b in values]))
-    flipped = tuning_figures(gather(store, run_id, maximize=["cv"]))[0][1].data[1]
+    flipped = tuning_figures(gather(store, run_id, maximize=["cv"]))[0][2].data[1]
     assert max(flipped["x"]) == max(b for _, b in values)
     page = render(data).html
     assert "tune-t-006" in page and "failed" in page
+
+
+def test_correlation_graph_and_one_step_bars(tmp_path):
+    """The stored correlation edges are drawn (both findings, coefficient and lag); a one-step profile of four
+    ranks is drawn as bars per rank, the slow rank's bar marked, not as a one-column heat map."""
+    store = open_store(None)
+    load_knowledge(store)
+    run_dir = tmp_path / "one-step"
+    write_run_json(run_dir, {"run_id": "one-step", "world_size": 4})
+    for rank, ms in enumerate((100.0, 101.0, 180.0, 99.0)):
+        with TelemetryWriter(run_dir, "one-step", rank=rank) as w:
+            w.add(7, "communication", "step_time_ms", "", ms)
+    slow = Finding(id="SlowRank@rank:2", symptom="SlowRank", dimension="communication", entity="rank:2",
+                   onset_step=7, end_step=7, severity=0.8, evidence={"ratio": 1.8}, detector="communication.slow")
+    spike = Finding(id="LossSpike@run", symptom="LossSpike", dimension="convergence", entity="", onset_step=5,
+                    end_step=9, severity=0.6, evidence={"z": 9.0}, detector="convergence.spike")
+    replace_diagnosis(store, "one-step", {"run_dir": str(run_dir), "world_size": 4}, [slow, spike],
+                      [CorrelationEdge(a=slow.id, b=spike.id, lag_steps=2, correlation=0.87)], [])
+    data = gather(store, "one-step")
+    assert data.correlations == [CorrelationEdge(a=slow.id, b=spike.id, lag_steps=2, correlation=0.87)]
+    report = render(data)
+    assert report.sections["correlation"]["state"] == "rendered"
+    section = report.html.split('<section id="correlation"')[1].split("</section>")[0]
+    assert section.count('<g class="node') == 2 and section.count('<g class="edge"') == 1
+    assert "r +0.87, lag 2 steps" in section and "rank:2" in section
+    figs, _ = rank_figures(data)
+    [bars] = figs
+    assert bars.data[0]["type"] == "bar" and list(bars.data[0]["x"]) == [100.0, 101.0, 180.0, 99.0]
+    assert bars.data[0]["marker"]["color"][2] != bars.data[0]["marker"]["color"][0]
+    assert "at step 7" in bars.layout["title"]["text"] and "Only one step" in bars.caption
 
 
 def _loss_only_run(root, run_id: str, steps: int = 120):

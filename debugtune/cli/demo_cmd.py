@@ -6,6 +6,7 @@ checkpoint taken before step 0, (4) packaged as a case that a fresh store import
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -14,11 +15,12 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 from rich.rule import Rule
-from rich.table import Table
 
 from debugtune import journey, settings
 from debugtune.cli.apps import debug_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, session_store
+from debugtune.cli.common import Col, JsonOption, StoreOption, console, emit_json, session_store, show_table
+from debugtune.engine.report.text import change_text, number
+from debugtune.engine.telemetry.atomic import atomic_write_bytes
 from debugtune.engine.tune.run_trial import find_run_trial
 from debugtune.kg.knowledge import class_counts
 
@@ -46,31 +48,35 @@ def _shares(util: dict[str, Any]) -> str:
             f"std {util['std_pp']:.1f} percentage points, max {util['max_pct']:.1f}%, min {util['min_pct']:.1f}%")
 
 
-def _suggestions_table(items: list[dict[str, Any]]) -> Table:
-    table = Table(title="suggestions for this run (applicable first; rank = the knowledge base's ranking)")
-    for col in ("rank", "remedy", "applies", "effect", "risk", "cost", "operation", "rests on"):
-        table.add_column(col, overflow="fold")
+def _show_suggestions(items: list[dict[str, Any]]) -> None:
+    rows = []
     for s in items:
-        ops = "; ".join(f"{o['key']} {o['from'] or '∅'} → {o['to']}" for o in s["operation"]) or "—"
-        cases = "; ".join(f"{c['case']} ({c['outcome'] or '?'}, sim {c['similarity']:.2f})" for c in s["cases"])
-        cases = (cases + "; " if cases else "") + f"success rate {s['success_rate']:.2f}"
+        ops = "\n".join(escape(change_text({"key": o["key"], "from_value": o["from"], "to_value": o["to"]}))
+                         for o in s["operation"]) or "—"
+        cases = [f"{c['case']} ({c['outcome'] or 'outcome not recorded'}, similarity {c['similarity']:.2f})"
+                 for c in s["cases"]]
+        cases.append(f"success rate {s['success_rate']:.2f}")
         applies = "[green]yes[/]" if s["applicable"] else f"[yellow]no: {escape(s['not_applicable_because'])}[/]"
-        table.add_row(str(s["rank"]), escape(s["remedy"]), applies, f"effectiveness {s['effectiveness']:.2f}",
-                      s["risk"], f"{s['cost_card_hours']:,.0f} card-h", escape(ops), escape(cases))
-    return table
+        rows.append([str(s["rank"]), escape(s["remedy"]), applies, f"{s['effectiveness']:.2f}", escape(s["risk"]),
+                     number(s["cost_card_hours"]), ops, "\n".join(escape(c) for c in cases)])
+    show_table([Col("rank", "right", keep=True), Col("remedy"), Col("applies"), Col("effectiveness", "right"),
+                Col("risk"), Col("cost (card-h)", "right"), Col("operation"), Col("rests on")], rows,
+               title="suggestions for this run (applicable first; rank = the knowledge base's ranking)", key=1)
 
 
-def _tuning_table(t: dict[str, Any]) -> Table:
+def _show_tuning(t: dict[str, Any]) -> None:
     names = [o.split(":")[0] for o in t["objectives"]]
-    table = Table(title=f"{t['remedy']}: {t['experiments']} experiment(s) replayed from the checkpoint, "
-                        f"stopped on {t['stop_reason']}")
-    for col in ("#", "from", "parameters", *names, "cost (card-h)"):
-        table.add_column(col)
+    rows = []
     for trial in t["trials"]:
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial["params"].items())
-        table.add_row(str(trial["index"] + 1), trial["origin"], params,
-                      *(f"{trial['values'].get(n, float('nan')):.4g}" for n in names), f"{trial['cost']:.3g}")
-    return table
+        params = "\n".join(f"{k}={number(v)}" if isinstance(v, int | float) else f"{k}={v}"
+                            for k, v in trial["params"].items())
+        rows.append([str(trial["index"] + 1), trial["origin"], escape(params),
+                     *(number(trial["values"][n]) if n in trial["values"] else "—" for n in names),
+                     number(trial["cost"], 3)])
+    show_table([Col("#", "right", keep=True), Col("from"), Col("parameters"), *(Col(n, "right") for n in names),
+                Col("cost (card-h)", "right")], rows,
+               title=f"{t['remedy']}: {t['experiments']} experiment(s) replayed from the checkpoint, "
+                     f"stopped on {t['stop_reason']}")
 
 
 @debug_app.command("demo")
@@ -138,7 +144,7 @@ def demo(
         out["suggestions"] = sugg["suggestions"]
         if not quiet:
             console.print(f"the scenario's trial sets: {', '.join(sugg['settable'] or [])}", highlight=False)
-            console.print(_suggestions_table(sugg["suggestions"]))
+            _show_suggestions(sugg["suggestions"])
         first = next((s for s in sugg["suggestions"] if s["applicable"]), None)
         passed = [s["remedy"] for s in sugg["suggestions"]
                   if not s["applicable"] and first and s["rank"] < first["rank"]]
@@ -150,14 +156,16 @@ def demo(
 
         def on_trial(t: Any) -> None:
             if not quiet:
-                vals = ", ".join(f"{k}={v:.4g}" for k, v in t.values.items() if k in ("expert_util_std", "loss_jitter"))
-                console.print(f"  experiment {t.index + 1} ({t.origin}): {t.params} → {vals}", highlight=False)
+                vals = ", ".join(f"{k}={number(v)}" for k, v in t.values.items()
+                                 if k in ("expert_util_std", "loss_jitter"))
+                params = ", ".join(f"{k}={number(v) if isinstance(v, int | float) else v}" for k, v in t.params.items())
+                console.print(f"  experiment {t.index + 1} ({t.origin}): {escape(params)} → {vals}", highlight=False)
 
         with busy("tuning by replay from the checkpoint (and the baselines) …"):
             tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=baselines, on_trial=on_trial)
         out["tuning"] = tuning
         if not quiet:
-            console.print(_tuning_table(tuning))
+            _show_tuning(tuning)
             if tuning["no_effect"]:
                 console.print(f"[yellow]{escape(tuning['no_effect'])}[/]")
             if tuning.get("baselines"):
@@ -220,7 +228,10 @@ def demo(
             f"stopped before step 1 — {check['findings'][0]['message']}" if check["stopped"] else "not stopped"),
             quiet)
     out["seconds"] = round(time.perf_counter() - t_start, 1)
+    # the figures of every step stay beside the runs, whichever way they were shown
+    atomic_write_bytes(work / "demo.json", json.dumps(out, indent=2, default=str).encode())
     if json_out:
         emit_json(out)
     else:
-        console.print(f"[bold]demo done[/] in {out['seconds']:.0f} s")
+        console.print(f"[bold]demo done[/] in {out['seconds']:.0f} s; its figures in "
+                      f"{escape(str(work / 'demo.json'))}", highlight=False)

@@ -7,10 +7,20 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from debugtune.cli.apps import debug_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, fail, session_store
+from debugtune.cli.common import (
+    Col,
+    JsonOption,
+    StoreOption,
+    WideOption,
+    bullet,
+    console,
+    emit_json,
+    fail,
+    session_store,
+    show_table,
+)
 from debugtune.cli.import_cmd import DeviceOption, InterconnectOption
 from debugtune.engine.infer import REPORT_FILE, DiagnosisReport
 from debugtune.kg.assertions import read_findings, read_hypotheses
@@ -21,46 +31,39 @@ RunArgument = Annotated[str, typer.Argument(help="A run directory, a raw profile
                                             show_default=False)]
 
 
-def _evidence_text(f: Finding, limit: int = 3) -> str:
-    return f.evidence_text(" ", 3, limit)
+def _evidence_lines(f: Finding) -> list[str]:
+    """Every evidence value of a finding (none is left out), one ``name value`` per line."""
+    from debugtune.engine.report.text import number
+
+    return [f"{k} {number(v, 3) if isinstance(v, int | float) else v}" for k, v in f.evidence.items()]
 
 
-def findings_table(findings: list[Finding]) -> Table:
-    """Findings in onset order; the symptom name is never cut, its dimension below it."""
-    table = Table(title=f"{len(findings)} finding(s)", show_lines=False)
-    table.add_column("symptom", no_wrap=True)
-    table.add_column("where", overflow="fold", ratio=2)
-    table.add_column("steps", justify="right", no_wrap=True)
-    table.add_column("sev", justify="right", no_wrap=True)
-    table.add_column("evidence", overflow="fold", ratio=3)
-    for f in findings:
-        table.add_row(f"{f.symptom}\n[dim]{f.dimension}[/]", escape(f.entity or "(run)"),
-                      f"{f.onset_step}–{f.end_step}", f"{f.severity:.2f}", escape(_evidence_text(f)))
-    return table
+def print_findings(findings: list[Finding], *, wide: bool = False) -> None:
+    """Findings in onset order: symptom, where and dimension stacked, so no name is split; evidence whole."""
+    rows = [[f"[bold]{f.symptom}[/]\n{escape(f.entity or '(run)')}\n[dim]{f.dimension}[/]",
+             f"{f.onset_step}–{f.end_step}", f"{f.severity:.2f}", escape("\n".join(_evidence_lines(f)))]
+            for f in findings]
+    show_table([Col("finding / where / dimension", keep=True), Col("steps", "right"), Col("severity", "right"),
+                Col("evidence")], rows, title=f"{len(findings)} finding(s)", wide=wide)
 
 
-def hypotheses_table(hypotheses: list[Hypothesis], top: int | None = None) -> Table:
+def print_hypotheses(hypotheses: list[Hypothesis], top: int | None = None, *, wide: bool = False) -> None:
     shown = hypotheses[:top] if top else hypotheses
-    table = Table(title="root-cause hypotheses")
-    table.add_column("#", justify="right")
-    table.add_column("cause")
-    table.add_column("confidence", justify="right")
-    table.add_column("chain (onset order)", overflow="fold")
-    for h in shown:
-        table.add_row(str(h.rank), f"[bold]{h.cause}[/]" if h.rank == 1 else h.cause, f"{h.confidence:.2f}",
-                      " → ".join(h.chain))
-    return table
+    rows = [[str(h.rank), f"[bold]{h.cause}[/]" if h.rank == 1 else h.cause, f"{h.confidence:.2f}",
+             " → ".join(h.chain)] for h in shown]
+    show_table([Col("#", "right"), Col("cause", keep=True), Col("confidence", "right"), Col("chain (onset order)")],
+               rows, title="root-cause hypotheses", wide=wide, key=1)
 
 
 def print_report(report: DiagnosisReport, *, top: int | None = None, explain: bool = True,
-                 show_findings: bool = True) -> None:
+                 show_findings: bool = True, wide: bool = False) -> None:
     """The report as rich tables, the explanation of the best hypothesis, and what was not diagnosed."""
     cov = ", ".join(f"{d}: {s}" for d, s in report.coverage.items())
     console.print(f"[bold]run[/] {escape(report.run)}  ({report.steps} steps; {escape(cov)})")
     if show_findings:
-        console.print(findings_table(report.findings) if report.findings else "no findings")
+        print_findings(report.findings, wide=wide) if report.findings else console.print("no findings")
     if report.hypotheses:
-        console.print(hypotheses_table(report.hypotheses, top))
+        print_hypotheses(report.hypotheses, top, wide=wide)
         for h in report.hypotheses[: (top or len(report.hypotheses)) if explain else 1]:
             console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
     for note in report.notes:
@@ -98,6 +101,7 @@ def diagnose_command(
     device: DeviceOption = None,
     interconnect: InterconnectOption = None,
     json_out: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
@@ -106,7 +110,7 @@ def diagnose_command(
     if json_out:
         emit_json(report.as_dict())
         return
-    print_report(report)
+    print_report(report, wide=wide)
     console.print(f"[dim]{escape(_where(report))}[/]")
 
 
@@ -128,6 +132,7 @@ def root_cause_command(
     json_out: JsonOption = False,
     explain: Annotated[bool, typer.Option("--explain", help="Explain every hypothesis shown, with its findings.")]
     = False,
+    wide: WideOption = False,
 ) -> None:
     """The most likely root causes of a run: diagnose RUN_DIR, or read the stored diagnosis of RUN_ID."""
     if Path(run).exists():
@@ -156,7 +161,7 @@ def root_cause_command(
     if not shown:
         console.print(f"[yellow]{escape(summary)}[/] ({len(findings)} finding(s))")
     else:
-        console.print(hypotheses_table(shown))
+        print_hypotheses(shown, wide=wide)
         by_id = {f.id: f for f in findings}
         for h in shown if explain else shown[:1]:
             console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
@@ -164,6 +169,6 @@ def root_cause_command(
                 for fid in h.findings:
                     f = by_id.get(fid)
                     if f is not None:
-                        console.print(f"    • {escape(f.id)}: steps {f.onset_step}–{f.end_step}, severity "
-                                      f"{f.severity:.2f}; {escape(_evidence_text(f, 6))}")
+                        bullet(f"{escape(f.id)}: steps {f.onset_step}–{f.end_step}, severity {f.severity:.2f}; "
+                               f"{escape('; '.join(_evidence_lines(f)))}")
     console.print(f"[dim]{escape(source)}[/]")

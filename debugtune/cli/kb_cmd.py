@@ -7,12 +7,21 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from debugtune.cli.apps import kb_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, session_store
+from debugtune.cli.common import (
+    Col,
+    JsonOption,
+    StoreOption,
+    WideOption,
+    console,
+    emit_json,
+    err_console,
+    session_store,
+    show_table,
+)
 from debugtune.kg.knowledge import class_counts
-from debugtune.kg.validate import validate_store
 
 
 @kb_app.command("stats")
@@ -24,31 +33,30 @@ def stats(store: StoreOption = None, json_out: JsonOption = False) -> None:
     if json_out:
         emit_json({"classes": counts, "graphs": graphs})
         return
-    table = Table(title="knowledge base")
-    table.add_column("class")
-    table.add_column("count", justify="right")
-    for cls, n in counts.items():
-        table.add_row(cls, str(n))
-    console.print(table)
-    console.print(f"{len(graphs)} named graphs, {sum(graphs.values())} triples")
+    show_table([Col("class"), Col("count", "right")], [[cls, f"{n:,}"] for cls, n in counts.items()],
+               title="knowledge base")
+    console.print(f"{len(graphs)} named graphs, {sum(graphs.values()):,} triples")
 
 
 @kb_app.command("check")
-def check(store: StoreOption = None, json_out: JsonOption = False) -> None:
+def check(store: StoreOption = None, json_out: JsonOption = False, wide: WideOption = False) -> None:
     """Validate the ontology and knowledge base against the SHACL shapes; exit 1 on violations."""
-    with session_store(store) as st:
-        violations = validate_store(st)
+    from debugtune.kg.validate import validate_store
+
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=err_console, transient=True, disable=json_out)
+    with progress:
+        stage = progress.add_task("loading the ontology and knowledge base", total=None)
+        with session_store(store) as st:
+            violations = validate_store(st, progress=lambda text: progress.update(stage, description=text))
     if json_out:
         emit_json({"conforms": not violations, "violations": [v.as_dict() for v in violations]})
     elif not violations:
         console.print("[green]0 violations[/]: the knowledge base conforms to ontology/shapes.ttl")
     else:
-        table = Table(title=f"{len(violations)} SHACL violations")
-        for col in ("focus", "path", "message"):
-            table.add_column(col, overflow="fold")
-        for v in violations:
-            table.add_row(v.focus, v.path or "", v.message)
-        console.print(table)
+        show_table(["focus", "path", "message"], [[escape(v.focus), escape(v.path or ""), escape(v.message)]
+                                                  for v in violations],
+                   title=f"{len(violations)} SHACL violations", wide=wide)
     if violations:
         raise typer.Exit(1)
 

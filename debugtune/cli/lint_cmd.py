@@ -8,11 +8,21 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from debugtune import __version__
 from debugtune.cli.apps import debug_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, err_console, fail, session_store
+from debugtune.cli.common import (
+    Col,
+    JsonOption,
+    StoreOption,
+    WideOption,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    session_store,
+    show_table,
+)
 from debugtune.engine.prevent.errors import LintError, LintInputError
 from debugtune.engine.prevent.learn import learn_from_run
 from debugtune.engine.prevent.lint import Linter, LintResult
@@ -49,6 +59,7 @@ def lint(
         "--graph", help="Print each configuration's config graph (Turtle) after its violations.")] = False,
     store: StoreOption = None,
     json_out: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Lint launch configurations before they start: exit 1 on any error, 0 otherwise, 2 on unreadable input."""
     if framework not in _FRAMEWORKS:
@@ -67,7 +78,7 @@ def lint(
     if learned is not None and not (json_out or sarif):
         _show_learned(learned, learn or "")
     if list_rules:
-        _list(linter, framework, version, json_out)
+        _list(linter, framework, version, json_out, wide)
         return
     if not configs:
         if learned is not None:
@@ -132,14 +143,14 @@ def _from_store(target: str | None, run: str | None, remedy: str | None,
 
 def _show_learned(rule: PreventionRule, run: str) -> None:
     console.print(f"[bold green]learned[/] {rule.rule_id} ({rule.severity}, {rule.framework}) from run "
-                  f"{escape(run)} → {GRAPH_LOCAL}", highlight=False, soft_wrap=True)
-    console.print(f"  message:   {escape(rule.message)}", highlight=False, soft_wrap=True)
-    console.print(f"  fix:       {escape(rule.fix)}", highlight=False, soft_wrap=True)
+                  f"{escape(run)} → {GRAPH_LOCAL}", highlight=False)
+    console.print(f"  message:   {escape(rule.message)}", highlight=False)
+    console.print(f"  fix:       {escape(rule.fix)}", highlight=False)
     console.print("  condition: " + escape(rule.query).replace("\n", "\n             "), highlight=False,
                   soft_wrap=True)
 
 
-def _list(linter: Linter, framework: str, version: str | None, json_out: bool) -> None:
+def _list(linter: Linter, framework: str, version: str | None, json_out: bool, wide: bool = False) -> None:
     try:
         v = parse_version(version)
     except ValueError as err:
@@ -149,14 +160,14 @@ def _list(linter: Linter, framework: str, version: str | None, json_out: bool) -
     if json_out:
         emit_json({"rules": [r.as_dict() for r in rules]})
         return
-    table = Table(title=f"{len(rules)} prevention rules")
-    for col in ("id", "framework", "severity", "class", "versions", "rule"):
-        table.add_column(col, overflow="fold")
+    rows = []
     for r in rules:
         span = "-".join(filter(None, (r.min_version, r.max_version))) if (r.min_version or r.max_version) else ""
-        table.add_row(r.rule_id, r.framework, r.severity, r.error_class, span,
-                      escape(r.label) + (" [dim](learned)[/]" if r.learned_from else ""))
-    console.print(table)
+        rows.append([r.rule_id, r.framework, r.severity, r.error_class, span,
+                     escape(r.label) + (" [dim](learned)[/]" if r.learned_from else "")])
+    show_table(["id", "framework", "severity", Col("class", detail=False), Col("versions", detail=False),
+                Col("rule", keep=True)], rows,
+               title=f"{len(rules)} prevention rules", wide=wide)
 
 
 def _print_result(r: LintResult) -> None:
@@ -164,14 +175,14 @@ def _print_result(r: LintResult) -> None:
         colour = "red" if v.severity == "error" else "yellow"
         where = f"{r.path}:{v.line}" if v.line else r.path
         console.print(f"{escape(where)}: [bold {colour}]{v.severity}[/] [bold]{v.rule_id}[/] {escape(v.message)}",
-                      highlight=False, soft_wrap=True)
+                      highlight=False)
         if v.keys:
-            console.print("    keys: " + escape(", ".join(str(k) for k in v.keys)), highlight=False, soft_wrap=True)
-        console.print(f"    fix:  {escape(v.fix)}", highlight=False, soft_wrap=True)
+            console.print("    keys: " + escape(", ".join(str(k) for k in v.keys)), highlight=False)
+        console.print(f"    fix:  {escape(v.fix)}", highlight=False)
     if r.unresolved:
         shown = ", ".join(f"{k}={v}" for k, v in r.unresolved.items())
         console.print(f"[dim]{escape(r.path)}: not checked, values from the environment: {escape(shown)} "
-                      f"(pass --env NAME=VALUE)[/]", highlight=False, soft_wrap=True)
+                      f"(pass --env NAME=VALUE)[/]", highlight=False)
     for message in r.rule_errors:
         err_console.print(f"[yellow]rule error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 

@@ -6,11 +6,21 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from debugtune import settings
 from debugtune.cli.apps import debug_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, err_console, fail, session_store
+from debugtune.cli.common import (
+    JsonOption,
+    StoreOption,
+    WideOption,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    session_store,
+    show_rows,
+)
 from debugtune.kg.results import AskResult, GraphResult, SelectResult
 from debugtune.kg.sparql_guard import SparqlBounds, check_sparql
 from debugtune.kg.store import Store
@@ -18,7 +28,7 @@ from debugtune.query import DslError, DslResult, compile_text, keywords, run_que
 from debugtune.query.resolve import Vocabulary
 
 
-def print_result(result, json_out: bool) -> None:
+def print_result(result, json_out: bool, *, wide: bool = False) -> None:
     """Print a SPARQL query result as a table, a boolean, Turtle, or JSON."""
     if isinstance(result, AskResult):
         emit_json({"boolean": result.value}) if json_out else console.print(str(result.value).lower())
@@ -29,33 +39,17 @@ def print_result(result, json_out: bool) -> None:
         if json_out:
             emit_json({"variables": list(result.variables), "rows": result.dicts()})
             return
-        _table(list(result.variables), result.dicts())
+        show_rows(list(result.variables), result.dicts(), wide=wide)
         console.print(f"{len(result)} rows")
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list | tuple):
-        return ", ".join(_cell(v["name"] if isinstance(v, dict) and "name" in v else
-                               v.get("key") if isinstance(v, dict) and "key" in v else v) for v in value)
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
-    return str(value)
+def _detail(value: Any) -> str:
+    from debugtune.engine.report.text import value_text
+
+    return "; ".join(value_text("", value))
 
 
-def _table(columns: list[str], rows: list[dict[str, Any]]) -> None:
-    table = Table(show_lines=False)
-    for c in columns:
-        table.add_column(c, overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
-    console.print(table)
-
-
-def print_dsl(result: DslResult, *, json_out: bool, show_sparql: bool) -> None:
+def print_dsl(result: DslResult, *, json_out: bool, show_sparql: bool, wide: bool = False) -> None:
     """Print a DSL result (and the SPARQL it ran when asked)."""
     if json_out:
         emit_json(result.as_dict())
@@ -63,11 +57,11 @@ def print_dsl(result: DslResult, *, json_out: bool, show_sparql: bool) -> None:
     if show_sparql:
         print_sparql(result.sparql, result.python_step)
     for key, value in result.details.items():
-        if key != "findings":
-            console.print(f"[bold]{key}[/]: {_cell(value)}", highlight=False)
+        if key != "findings" and _detail(value):
+            console.print(f"[bold]{key}[/]: {escape(_detail(value))}", highlight=False)
     if result.details.get("findings"):
-        _table(list(result.details["findings"][0]), result.details["findings"])
-    _table(list(result.columns), list(result.rows))
+        show_rows(list(result.details["findings"][0]), result.details["findings"], wide=wide)
+    show_rows(list(result.columns), list(result.rows), wide=wide)
     console.print(f"{len(result)} rows")
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -91,6 +85,7 @@ def query(
                              "endpoint IRI that SERVICE may name (repeat for several); none by default.")] = None,
     store: StoreOption = None,
     json_out: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Query the knowledge graph with the tuning DSL (or raw SPARQL with --raw-sparql)."""
     if raw_sparql:
@@ -99,11 +94,11 @@ def query(
         check_sparql(text, bounds=SparqlBounds(services=tuple(allow_service or ())))
     with session_store(store) as st:
         if raw_sparql:
-            print_result(st.query(text), json_out)
+            print_result(st.query(text), json_out, wide=wide)
         elif text is None:
             prompt(st, show_sparql=sparql)
         else:
-            print_dsl(run_query(text, st), json_out=json_out, show_sparql=sparql)
+            print_dsl(run_query(text, st), json_out=json_out, show_sparql=sparql, wide=wide)
 
 
 def completions(store: Store) -> list[str]:

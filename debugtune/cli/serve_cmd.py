@@ -14,6 +14,13 @@ from debugtune.cli.apps import debug_app
 from debugtune.cli.common import StoreOption, console, err_console, fail, session_store
 from debugtune.kg.endpoint import Limits
 
+#: what the banner lists: every page and endpoint of ``debugtune.server.create_app`` (tests/test_cli_output.py
+#: checks that no GET route is missing)
+SERVED = (("dashboard", "/"), ("SPARQL editor", "/sparql-editor"), ("compare runs", "/compare"),
+          ("DSL query page", "/query"), ("run report", "/runs/{id}/report"), ("run page", "/runs/{id}/page"),
+          ("SPARQL", "/sparql"), ("Graph Store", "/rdf-graphs"), ("DSL (POST)", "/dsl"), ("runs (JSON)", "/runs"),
+          ("health", "/health"), ("API docs", "/docs"))
+
 
 def read_token(path: Path) -> str:
     """The bearer token in ``path`` (first line, stripped); warns when others may read the file."""
@@ -101,9 +108,10 @@ def serve(
     with session_store(store) as st:
         app = create_app(st, allow_update=allow_update, token=token, limits=limits)
         url = f"{'https' if tls else 'http'}://{host}:{port}"
-        console.print(f"serving {st.target} at {url}: SPARQL {url}/sparql, Graph Store {url}/rdf-graphs, "
-                      f"DSL {url}/dsl, API docs {url}/docs; updates "
-                      f"{'enabled (bearer token)' if allow_update else 'disabled'}", highlight=False)
+        console.print(f"serving {st.target} at {url} (updates "
+                      f"{'enabled with the bearer token' if allow_update else 'disabled'}):", highlight=False)
+        for name, path in SERVED:
+            console.print(f"  {name:<15} {url}{path}", highlight=False)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning",
                         ssl_certfile=str(ssl_certfile) if tls else None, ssl_keyfile=str(ssl_keyfile) if tls else None)

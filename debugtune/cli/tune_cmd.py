@@ -14,7 +14,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from debugtune.cli.apps import tune_app
-from debugtune.cli.common import JsonOption, StoreOption, console, emit_json, err_console, fail, session_store
+from debugtune.cli.common import (
+    Col,
+    JsonOption,
+    StoreOption,
+    WideOption,
+    console,
+    emit_json,
+    err_console,
+    fail,
+    session_store,
+    show_table,
+)
 
 if TYPE_CHECKING:
     from debugtune.engine.tune import AutoResult, Trial
@@ -37,33 +48,29 @@ def _trial_line(t: Trial, objectives: list[str]) -> str:
     return f"#{t.index + 1} {status} {escape(_params(t.params))} → {escape(vals)}{why}"
 
 
-def experiments_table(res: AutoResult) -> Table:
+def print_experiments(res: AutoResult, *, wide: bool = False) -> None:
     """Every experiment of the session: configuration, objective values, cost and status."""
     r = res.result
     names = [o.name for o in r.objectives]
     pareto = {t.index for t in r.pareto}
     best = r.best.index if r.best else None
-    table = Table(title=f"{res.remedy}: {len(r.trials)} experiment(s), stopped on {r.stop_reason}")
-    table.add_column("#", justify="right")
-    table.add_column("from")
-    for p in res.space.names:
-        table.add_column(p, justify="right")
-    for o in r.objectives:
-        table.add_column(f"{o.name} ({o.direction})", justify="right")
-    table.add_column("cost (card-h)", justify="right")
-    table.add_column("status")
+    cols = [Col("#", "right", keep=True), Col("from"), *(Col(p, "right") for p in res.space.names),
+            *(Col(f"{o.name} ({o.direction})", "right") for o in r.objectives), Col("cost (card-h)", "right"),
+            Col("status")]
+    rows = []
     for t in r.trials:
         mark = " ★" if t.index == best else (" ◆" if t.index in pareto else "")
-        table.add_row(f"{t.index + 1}{mark}", t.origin, *(_fmt(t.params[p]) for p in res.space.names),
-                      *(_fmt(t.values.get(n, "")) for n in names), f"{t.cost:.4g}",
-                      t.status if t.ok else f"[red]{t.status}[/]")
-    return table
+        rows.append([f"{t.index + 1}{mark}", t.origin, *(escape(_fmt(t.params[p])) for p in res.space.names),
+                     *(_fmt(t.values.get(n, "")) for n in names), f"{t.cost:.4g}",
+                     t.status if t.ok else f"[red]{t.status}[/]"])
+    show_table(cols, rows, title=f"{res.remedy}: {len(r.trials)} experiment(s), stopped on {r.stop_reason}",
+               wide=wide)
 
 
-def print_summary(res: AutoResult) -> None:
+def print_summary(res: AutoResult, *, wide: bool = False) -> None:
     r = res.result
     print_passed_over(res)
-    console.print(experiments_table(res))
+    print_experiments(res, wide=wide)
     if res.no_effect:
         console.print(f"[yellow]stopped early[/]: {escape(res.no_effect)}", highlight=False)
     if r.best is not None:
@@ -131,6 +138,7 @@ def auto(
     record: Annotated[bool, typer.Option("--record/--no-record", help="Record experiments in the graph.")] = True,
     store: StoreOption = None,
     json_out: JsonOption = False,
+    wide: WideOption = False,
 ) -> None:
     """Tune a remedy's parameters with a few experiments, transferring from similar cases in the graph."""
     from debugtune.engine.tune import CommandTrial, Objective, TuneSpec, auto_tune, load_callable
@@ -165,7 +173,7 @@ def auto(
     if json_out:
         emit_json(result.as_dict())
     else:
-        print_summary(result)
+        print_summary(result, wide=wide)
 
 
 def print_passed_over(res: AutoResult) -> None:
@@ -198,6 +206,7 @@ def roi_command(
 ) -> None:
     """What problems cost a job of this size, and what a debugging setup saves (docs/roi.md)."""
     from debugtune.engine.report import CostConstants, roi
+    from debugtune.engine.report.text import number
 
     with session_store(store) as st:
         constants = CostConstants.from_store(st).override(
@@ -217,7 +226,7 @@ def roi_command(
                        ("card_hours_lost_tool", "card-h lost, detected by the tool"),
                        ("saving_card_hours", "saving (card-h)"), ("overhead_card_hours", "telemetry overhead (card-h)"),
                        ("net_card_hours", "net saving (card-h)"), ("net_cost", "net saving ($)")):
-        table.add_row(label, f"{day[key]:,.4g}", f"{month[key]:,.4g}")
+        table.add_row(label, number(day[key]), number(month[key]))
     console.print(table)
     hours = out["per_incident_hours"]
     console.print("hours lost per incident: " + ", ".join(f"{k} {v:.3g}" for k, v in hours.items())

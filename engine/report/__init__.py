@@ -11,18 +11,34 @@ roi(70e9, 1024, CostConstants.from_store(store))  # the ROI of a debugging setup
 from __future__ import annotations
 
 from collections.abc import Iterable
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from debugtune.engine.report.cost import CostConstants, ProblemCost, Roi, problem_cost, roi
-from debugtune.engine.report.errors import ReportError
-from debugtune.engine.report.gather import ReportData, gather
-from debugtune.engine.report.page import Report, render, shell
-from debugtune.kg.store import Store
+if TYPE_CHECKING:
+    from debugtune.engine.report.cost import CostConstants, ProblemCost, Roi, problem_cost, roi
+    from debugtune.engine.report.data import ReportData, gather
+    from debugtune.engine.report.errors import ReportError
+    from debugtune.engine.report.page import Report, render, shell
+    from debugtune.kg.store import Store
+
+# name → module: loaded on first use, so that `engine.report.text` (numbers and units for the CLI) stays light
+_LAZY = {"CostConstants": "cost", "ProblemCost": "cost", "Roi": "cost", "problem_cost": "cost", "roi": "cost",
+         "ReportError": "errors", "ReportData": "data", "gather": "data", "Report": "page", "render": "page",
+         "shell": "page"}
 
 __all__ = [
     "CostConstants", "ProblemCost", "Report", "ReportData", "ReportError", "Roi", "build_report", "gather",
     "problem_cost", "render", "roi", "shell",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 def build_report(store: Store, run_id: str, *, run_dir: str | Path | None = None,
@@ -32,4 +48,7 @@ def build_report(store: Store, run_id: str, *, run_dir: str | Path | None = None
     ``run_dir`` overrides the directory the store records; ``card_hour_cost`` the knowledge base's price;
     ``maximize`` names tuning objectives that are maximised (the others are minimised).
     """
+    from debugtune.engine.report.data import gather
+    from debugtune.engine.report.page import render
+
     return render(gather(store, run_id, run_dir=run_dir, card_hour_cost=card_hour_cost, maximize=maximize))

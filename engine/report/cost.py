@@ -205,6 +205,17 @@ class ProblemCost:
         return max(self.lost_card_hours - self.detect_card_hours, 0.0)
 
     @property
+    def run_hours(self) -> float:
+        """Wall-clock hours the recorded run lasted (steps 0 to the last, at the typical step time)."""
+        return (self.last_step + 1) * self.step_seconds / 3600.0
+
+    @property
+    def projection_applies(self) -> bool:
+        """Whether a saving against detection by hand means something: only for a job that runs at least as
+        long as a detection by hand takes (a five-second run is over before anyone could look)."""
+        return self.run_hours >= self.manual_detect_hours
+
+    @property
     def projected_saving_card_hours(self) -> float:
         """Card-hours saved per incident against a manual detection taking ``manual_detect_hours``."""
         return max(self.manual_detect_hours - self.detect_hours, 0.0) * self.cards
@@ -218,6 +229,7 @@ class ProblemCost:
             "lost_card_hours": self.lost_card_hours, "lost_cost": self.lost_card_hours * price,
             "detect_hours": self.detect_hours, "detect_card_hours": self.detect_card_hours,
             "saved_card_hours": self.saved_card_hours, "saved_cost": self.saved_card_hours * price,
+            "run_hours": self.run_hours, "projection_applies": self.projection_applies,
             "projected_saving_card_hours": self.projected_saving_card_hours,
             "projected_saving_cost": self.projected_saving_card_hours * price,
             "sources": {k: list(v) for k, v in self.sources.items()}, "notes": list(self.notes),

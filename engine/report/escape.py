@@ -23,8 +23,8 @@ _SCRIPT_SAFE = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u20
 
 
 def h(text: Any) -> str:
-    """HTML-escape any value's text for element content or a quoted attribute."""
-    return html.escape(str(text), quote=True)
+    """HTML-escape any value's text for element content or a quoted attribute (None is shown as nothing)."""
+    return "" if text is None else html.escape(str(text), quote=True)
 
 
 def ptext(text: Any) -> str:

@@ -70,7 +70,14 @@ def boxes(findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] |
             shapes.append({"type": "rect", "xref": "x", "yref": "y", "x0": f.onset_step - 0.5,
                            "x1": f.end_step + 0.5, "y0": lo - 0.5, "y1": hi + 0.5,
                            "line": {"color": c, "width": 2}, "fillcolor": "rgba(0,0,0,0)"})
-        notes.append({"x": f.onset_step, "xref": "x", "y": cells[-1] + 0.5, "yref": "y", "xanchor": "left",
+        top = cells[0] if hit is not None else 0
+        # the label sits above the map, in the top margin (the figure stacks the labels there, one line each),
+        # and a dotted line climbs from the box's corner to it, so no label covers the rows it points to
+        if top > 0:
+            shapes.append({"type": "line", "xref": "x", "yref": "y", "x0": f.onset_step - 0.5,
+                           "x1": f.onset_step - 0.5, "y0": top - 0.5, "y1": -0.5,
+                           "line": {"color": c, "width": 1, "dash": "dot"}})
+        notes.append({"x": f.onset_step - 0.5, "xref": "x", "y": 1.0, "yref": "paper", "xanchor": "left",
                       "yanchor": "bottom", "showarrow": False, "text": _caption(f, label),
                       "font": {"size": 10, "color": c}, "bgcolor": "rgba(255,255,255,0.8)"})
     return shapes, notes, off

@@ -14,8 +14,9 @@ from typing import Any
 
 from debugtune.engine.report import plots
 from debugtune.engine.report.chain import chain_svg
+from debugtune.engine.report.correlation import correlation_svg
+from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.escape import h, script_json
-from debugtune.engine.report.gather import ReportData
 from debugtune.engine.report.tables import (
     absent,
     cost_block,
@@ -26,6 +27,7 @@ from debugtune.engine.report.tables import (
     status_of,
     suggestions_table,
     summary_table,
+    table,
 )
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 
@@ -63,7 +65,10 @@ svg.chain .cause rect { fill: #fde2df; } svg.chain .symptom rect { fill: #e3edf9
 svg.chain .missing rect { fill: #f3f3f3; stroke-dasharray: 4 3; }
 svg.chain text { font: 12px system-ui, sans-serif; fill: #1d232a; }
 svg.chain text.sub { fill: #5b6570; font-size: 11px; }
-svg.chain text.strength { font-size: 11px; fill: #333; font-weight: 600; }
+svg.chain text.strength, svg.correlation text.strength { font-size: 11px; fill: #333; font-weight: 600; }
+svg.correlation rect { fill: #e3edf9; stroke: #355; stroke-width: 1.2; }
+svg.correlation text { font: 12px system-ui, sans-serif; fill: #1d232a; }
+svg.correlation text.sub { fill: #5b6570; font-size: 11px; }
 footer { color: var(--muted); font-size: 12px; padding: 0 28px 30px; }
 form textarea { width: 100%; font: 13px ui-monospace, monospace; min-height: 90px; }
 .error { color: #b3261e; white-space: pre-wrap; }
@@ -89,12 +94,15 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
-def shell(title: str, body: str, *, plotly: bool = False, scripts: str = "") -> str:
-    """A whole page: the common style, plotly.js inlined when asked, ``body`` (HTML) and trailing scripts."""
-    js = f"<script>{plotly_js()}</script>" if plotly else ""
+def shell(title: str, body: str, *, plotly: bool = False, scripts: str = "", plotly_src: str | None = None,
+          head: str = "") -> str:
+    """A whole page: the common style, plotly.js when asked (inlined, or from ``plotly_src`` on the same server),
+    extra ``head`` markup, ``body`` (HTML) and trailing scripts."""
+    js = "" if not plotly else (f'<script src="{h(plotly_src)}"></script>' if plotly_src
+                                else f"<script>{plotly_js()}</script>")
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{h(title)}</title><style>{STYLE}</style>{js}</head>"
+            f"<title>{h(title)}</title><style>{STYLE}</style>{head}{js}</head>"
             f"<body>{body}{scripts}</body></html>\n")
 
 
@@ -157,6 +165,26 @@ def _chains(d: ReportData) -> Section:
     return Section("chain", "Cause chain", html=legend + "".join(parts) + tail)
 
 
+def _correlation(d: ReportData) -> Section:
+    svg = correlation_svg(d.findings, d.correlations, d.label)
+    if not svg:
+        note = ("No two findings' series moved together, so the correlation graph has no edge." if d.findings
+                else "No findings, so no correlation graph.")
+        return Section("correlation", "Correlation graph", html=absent(note), note=note)
+    by_id = {f.id: f for f in d.findings}
+    rows = [(named(d, by_id[e.a].symptom) + f" <code>{h(by_id[e.a].entity or '(run)')}</code>",
+             named(d, by_id[e.b].symptom) + f" <code>{h(by_id[e.b].entity or '(run)')}</code>",
+             h(f"{e.lag_steps} steps" if e.lag_steps else "same step"), f"{e.correlation:+.3f}")
+            for e in d.correlations if e.a in by_id and e.b in by_id]
+    legend = ('<p class="caption">Findings whose series moved together: an arrow from the one that moved first to '
+              "the one that followed (a double arrow: the same step), labelled with the correlation coefficient "
+              "r and the lag; width grows with |r|, a dashed edge is a negative correlation. The root-cause "
+              "inference counts an edge as support for a chain that links both symptoms.</p>")
+    return Section("correlation", "Correlation graph",
+                   html=legend + f'<div class="chainbox">{svg}</div>'
+                   + table(("leads", "follows", "lag", "r"), rows, "correlations"))
+
+
 def sections_of(d: ReportData) -> list[Section]:
     status, sentence = status_of(d)
     notes = [*d.diagnosis.get("notes", []), *d.notes] + ([d.telemetry_note] if d.telemetry_note else [])
@@ -168,6 +196,7 @@ def sections_of(d: ReportData) -> list[Section]:
     out = [Section("summary", "Run and diagnosis", html=summary),
            Section("cost", "Cost of the problem", html=cost_block(d), note=d.cost_note if d.cost is None else ""),
            _chains(d),
+           _correlation(d),
            _figure_section("loss", "Loss and learning rate", plots.loss_figure(d)),
            _figure_section("gradients", "Gradient norms per layer", plots.gradient_figure(d)),
            _figure_section("experts", "Experts: token share", plots.expert_figure(d)),
@@ -186,9 +215,10 @@ def sections_of(d: ReportData) -> list[Section]:
     return out
 
 
-def render(d: ReportData) -> Report:
-    """The report page of the gathered data."""
-    sections = sections_of(d)
+def page_of(title: str, heading: str, sections: list[Section], *, top: str = "",
+            plotly_src: str | None = None) -> tuple[str, int]:
+    """A page of sections with their figures (drawn by plotly.js in the browser); ``heading`` is the header's
+    HTML, ``top`` HTML above it (the dashboard's links). Returns the page and its number of figures."""
     figures: dict[str, dict[str, Any]] = {}
     blocks = []
     for s in sections:
@@ -199,19 +229,28 @@ def render(d: ReportData) -> Report:
             cap = f'<p class="caption">{fig.caption}</p>' if fig.caption else ""
             inner += f'<div class="plot" id="{pid}"></div>{cap}'
         blocks.append(f'<section id="{h(s.id)}" data-state="{s.state}"><h2>{h(s.title)}</h2>{inner}</section>')
-    nav = "".join(f'<a href="#{h(s.id)}">{h(s.title)}</a>' for s in sections)
-    status, sentence = status_of(d)
-    version = _version()
-    body = (f"<header><h1>debugtune report: {h(d.run_id)}</h1><div>{h(sentence)}</div></header>"
-            f"<nav>{nav}</nav><main>{''.join(blocks)}</main>"
-            f"<footer>debugtune {h(version)} · generated {h(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} · "
-            f"self-contained: plotly.js is inlined, nothing is fetched from the network.</footer>")
+    links = "".join(f'<a href="#{h(s.id)}">{h(s.title)}</a>' for s in sections)
+    where = ("self-contained: plotly.js is inlined, nothing is fetched from the network." if plotly_src is None
+             else "plotly.js is served by this server; nothing is fetched from elsewhere.")
+    body = (f"{top}<header>{heading}</header><nav>{links}</nav><main>{''.join(blocks)}</main>"
+            f"<footer>debugtune {h(_version())} · generated {h(datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC'))} · "
+            f"{where}</footer>")
     scripts = (f'<script type="application/json" id="dt-figures">{script_json(figures)}</script>'
                f"<script>{RENDER}</script>")
-    page = shell(f"debugtune report: {d.run_id} ({status})", body, plotly=True, scripts=scripts)
+    return shell(title, body, plotly=True, scripts=scripts, plotly_src=plotly_src), len(figures)
+
+
+def render(d: ReportData, *, top: str = "", plotly_src: str | None = None) -> Report:
+    """The report page of the gathered data; the dashboard's run page adds its links (``top``, HTML) and
+    loads plotly.js from ``plotly_src`` instead of inlining it."""
+    sections = sections_of(d)
+    status, sentence = status_of(d)
+    page, n = page_of(f"debugtune report: {d.run_id} ({status})",
+                      f"<h1>debugtune report: {h(d.run_id)}</h1><div>{h(sentence)}</div>", sections, top=top,
+                      plotly_src=plotly_src)
     info = {s.id: {"title": s.title, "state": s.state, "figures": len(s.figures),
                    **({"note": _plain(s.note)} if s.state == "absent" else {})} for s in sections}
-    return Report(run_id=d.run_id, html=page, sections=info, plots=len(figures),
+    return Report(run_id=d.run_id, html=page, sections=info, plots=n,
                   chains=min(len(d.hypotheses), CHAINS_SHOWN), cost=d.cost.as_dict() if d.cost else None)
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.downsample import Grid, downsample_grid, minmax_line
 from debugtune.engine.report.escape import h, ptext
-from debugtune.engine.report.gather import ReportData
-from debugtune.engine.report.marks import bands, boxes, natural_key, row_labels
+from debugtune.engine.report.marks import PALETTE, bands, boxes, natural_key, row_labels
 from debugtune.engine.report.series import HARDWARE_ORDER, TIME_METRICS
 from debugtune.kg.records import Finding, location_kind
 
@@ -23,6 +23,7 @@ MAX_COLS = 400
 MAX_ROWS = 160
 MAX_POINTS = 2000
 MAX_LINES = 12
+MAX_OBJECTIVES = 4
 FONT = {"family": "system-ui, -apple-system, 'Segoe UI', sans-serif", "size": 12}
 
 
@@ -116,11 +117,49 @@ def _heatmap(grid: Grid, steps: np.ndarray, labels: list[str], colour: dict[str,
 def _heat_figure(title: str, grid: Grid, steps: np.ndarray, labels: list[str], colour: dict[str, Any], hover: str,
                  findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] | None],
                  d: ReportData) -> tuple[Figure, list[Finding]]:
+    if grid.z.shape[1] == 1:  # one step (a one-step profile): a bar per row, not a one-column heat map
+        return _bar_figure(title, grid, steps, labels, hover, findings, rows, d)
     shapes, notes, off = boxes(findings, rows, grid, d.label)
     n = grid.z.shape[0]
+    label_px = 18 * len(notes)  # the findings' labels stack in the top margin, one line each
+    height = min(900, max(300, 120 + 14 * n)) + label_px
+    domain_px = height - (48 + label_px) - 48
+    for i, note in enumerate(notes):
+        note["y"] = 1 + (4 + 18 * i) / domain_px
     fig = Figure([_heatmap(grid, steps, labels, colour, hover)],
-                 layout(title, height=min(900, max(300, 120 + 14 * n)), shapes=shapes, annotations=notes,
+                 layout(title, height=height, shapes=shapes, annotations=notes,
+                        margin={"l": 70, "r": 30, "t": 48 + label_px, "b": 48},
                         yaxis={"type": "category", "automargin": True, "autorange": "reversed"}))
+    fig.layout["title"].update({"y": 1 - 10 / height, "yanchor": "top"})  # above the labels' band
+    return fig, off
+
+
+def _bar_figure(title: str, grid: Grid, steps: np.ndarray, labels: list[str], hover: str,
+                findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] | None],
+                d: ReportData) -> tuple[Figure, list[Finding]]:
+    """The heat map of a single step as horizontal bars; the rows a finding points to are coloured."""
+    values = grid.z[:, 0]
+    colours = ["#1f5fa8"] * len(values)
+    on, off = [], []
+    for f in findings:
+        hit = rows(f)
+        if hit is not None and not len(hit):
+            off.append(f)
+            continue
+        on.append(f)
+        for r in range(len(values)) if hit is None else {grid.row_of(i) for i in hit}:
+            colours[r] = "#d62728"
+    step = int(steps[0]) if len(steps) else 0
+    unit = hover.split()[-1] if hover else ""
+    trace = {"type": "bar", "orientation": "h", "x": values, "y": labels, "marker": {"color": colours},
+             "hovertemplate": f"%{{y}}<br>{hover} %{{x}}<extra></extra>"}
+    name = title.split(",")[0]
+    fig = Figure([trace], layout(f"{name} at step {step}", height=min(900, max(260, 100 + 22 * len(values))),
+                                 xaxis={"title": {"text": ptext(unit)}, "zeroline": True},
+                                 yaxis={"type": "category", "automargin": True, "autorange": "reversed"}))
+    marked = "; ".join(h(f"{d.label(f.symptom)} @ {f.entity or 'run'}") for f in on)
+    fig.caption = ("Only one step was recorded, so a bar per row instead of a heat map over steps."
+                   + (f" Red: the rows of {marked}." if marked else ""))
     return fig, off
 
 
@@ -170,8 +209,8 @@ def gradient_figure(d: ReportData) -> Built:
         "Gradient norm per layer (log10), gradient findings boxed", grid, steps, row_labels(layers, grid),
         {"colorscale": "Viridis", "colorbar": {"title": {"text": "log10 ‖g‖"}}}, "log10 ‖g‖",
         _of(d.findings, "gradient"), _entity_rows(layers), d)
-    fig.caption = ("Blank cells: no value or a gradient of exactly zero." + _budget_note(grid, *logs.T.shape, "layers")
-                   + _off_note(off, d))
+    fig.caption = fig.caption or ("Blank cells: no value or a gradient of exactly zero."
+                                  + _budget_note(grid, *logs.T.shape, "layers") + _off_note(off, d))
     return [fig], ""
 
 
@@ -260,8 +299,8 @@ def expert_figure(d: ReportData) -> Built:
                             {"colorscale": "Viridis", "zmin": 0, "colorbar": {"title": {"text": "share"}}},
                             "share", symptoms_here, _entity_rows(experts), d)
     fair = ", ".join(f"1/{sum(_router(e) == r for e in experts)}" for r in sorted({_router(e) for e in experts}))
-    fig.caption = (f"Share of each router's tokens per step; a balanced router gives every expert {h(fair)}."
-                   + _budget_note(grid, *share.T.shape, "experts") + _off_note(off, d))
+    fig.caption = fig.caption or (f"Share of each router's tokens per step; a balanced router gives every expert "
+                                  f"{h(fair)}." + _budget_note(grid, *share.T.shape, "experts") + _off_note(off, d))
     return [fig], ""
 
 
@@ -298,9 +337,8 @@ def rank_figures(d: ReportData) -> Built:
         fig, off = _heat_figure(f"{what} per rank (ms), communication findings boxed", grid, steps,
                                 row_labels([str(r) for r in ranks], grid, noun="rank "),
                                 colour, "ms", comm, _rank_rows(ranks), d)
-        fig.caption = (f"{len(ranks)} rank(s); a straggler shows as a hot row." + _budget_note(grid, *values.T.shape,
-                                                                                                 "ranks")
-                       + _off_note(off, d))
+        fig.caption = fig.caption or (f"{len(ranks)} rank(s); a straggler shows as a hot row."
+                                      + _budget_note(grid, *values.T.shape, "ranks") + _off_note(off, d))
         figs.append(fig)
     if not figs:
         return [], "Per-rank time metrics carry only entity-specific rows, nothing per rank."
@@ -317,11 +355,18 @@ def hardware_figures(d: ReportData) -> Built:
     if not metrics:
         return [], "No hardware series in the telemetry (utilisation, memory, temperature, power)."
     hw = _of(d.findings, "hardware")
-    figs = []
+    figs, thin = [], []
+    least = d.min_hardware_samples
     for metric in metrics:
         steps, keys, values = tel.keyed(metric)
         if not len(keys):
             continue
+        counts = np.isfinite(values).sum(axis=0)
+        enough = counts >= least
+        if not enough.any():  # as the detectors do: too few samples to judge are too few to draw
+            thin.append(f"{metric} ({int(counts.max())})")
+            continue
+        keys, values = [k for k, ok in zip(keys, enough, strict=True) if ok], values[:, enough]
         if len(keys) <= MAX_LINES:
             traces = [_line(steps, values[:, i], k) for i, k in enumerate(keys)]
         else:
@@ -332,38 +377,71 @@ def hardware_figures(d: ReportData) -> Built:
         shapes, notes = bands(hw, d.label)
         figs.append(Figure(traces, layout(f"{metric}", height=300, shapes=shapes, annotations=notes,
                                           yaxis={"title": {"text": ptext(metric)}})))
-    return figs, ""
+    note = (f"Not drawn, too few samples per device (at least {least}, the knowledge base's "
+            f"<code>hardware.min_samples</code>): {h(', '.join(thin))}." if thin else "")
+    if figs and note:
+        figs[-1].caption = (figs[-1].caption + " " + note).strip()
+    return figs, note
 
 
 # --- tuning -----------------------------------------------------------------------------------------------------
 
+def session_of(experiment_id: str) -> str:
+    """The tuning session of an experiment id ``<session>-<n>`` (the id itself when it has no such suffix)."""
+    head, _, tail = experiment_id.rpartition("-")
+    return head if head and tail.isdigit() else experiment_id
+
+
 def tuning_figures(d: ReportData) -> Built:
-    ok = [e for e in d.experiments if e.status == "ok" and e.objectives]
+    """Per remedy and objective: each session's values in the order they ran with its best so far; per remedy
+    with two objectives or more, the Pareto front of the first two. Remedies and sessions are never mixed on
+    one axis (their parameters and baselines differ)."""
     if not d.experiments:
         return [], "No tuning experiments recorded for this run (<code>cann-tune auto</code> records them)."
+    ok = [e for e in d.experiments if e.status == "ok" and e.objectives]
     if not ok:
         return [], "No experiment finished with objective values."
-    objectives = sorted({k for e in ok for k in e.objectives})
-    x = np.arange(1, len(d.experiments) + 1)
-    index = {e.id: i for i, e in enumerate(d.experiments)}
-    traces = []
-    for name in objectives[:4]:
-        pts = [(index[e.id] + 1, e.objectives[name]) for e in ok if name in e.objectives]
-        xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=np.float64)
-        best = np.maximum.accumulate(ys) if name in d.maximize else np.minimum.accumulate(ys)
-        traces.append({"type": "scatter", "mode": "markers+lines", "x": xs, "y": ys, "name": ptext(name)})
-        traces.append({"type": "scatter", "mode": "lines", "x": xs, "y": best, "line": {"dash": "dash", "shape": "hv"},
-                       "name": ptext(f"best {name} so far")})
-    axis: dict[str, Any] = {"title": {"text": "experiment"}, "range": [0.5, len(x) + 0.5]}
-    if len(x) <= 30:
-        axis["dtick"] = 1
-    figs = [Figure(traces, layout("Objective per experiment", height=360, xaxis=axis))]
-    if len(objectives) >= 2:
-        figs.append(_pareto(d, ok, objectives[0], objectives[1]))
+    figs = []
+    for remedy in dict.fromkeys(e.remedy for e in d.experiments):
+        mine = [e for e in ok if e.remedy == remedy]
+        sessions = list(dict.fromkeys(session_of(e.id) for e in d.experiments if e.remedy == remedy))
+        objectives = sorted({k for e in mine for k in e.objectives})
+        for name in objectives[:MAX_OBJECTIVES]:
+            figs.append(_objective_figure(d, remedy, name, sessions))
+        if len(objectives) >= 2:
+            figs.append(_pareto(d, mine, objectives[0], objectives[1], remedy))
     return figs, ""
 
 
-def _pareto(d: ReportData, ok: list, a: str, b: str) -> Figure:
+def _objective_figure(d: ReportData, remedy: str, name: str, sessions: list[str]) -> Figure:
+    traces, longest = [], 0
+    for k, session in enumerate(sessions):
+        runs = [e for e in d.experiments if e.remedy == remedy and session_of(e.id) == session]
+        pts = [(i + 1, e.objectives[name]) for i, e in enumerate(runs)
+               if e.status == "ok" and name in e.objectives]
+        if not pts:
+            continue
+        longest = max(longest, len(runs))
+        xs, ys = np.array([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=np.float64)
+        best = np.maximum.accumulate(ys) if name in d.maximize else np.minimum.accumulate(ys)
+        c = PALETTE[k % len(PALETTE)]
+        who = f"session {session}" if len(sessions) > 1 else name
+        traces.append({"type": "scatter", "mode": "markers+lines", "x": xs, "y": ys, "name": ptext(who),
+                       "line": {"color": c}, "marker": {"color": c}})
+        traces.append({"type": "scatter", "mode": "lines", "x": xs, "y": best, "name": ptext(f"best so far ({who})"),
+                       "line": {"dash": "dash", "shape": "hv", "color": c}})
+    axis: dict[str, Any] = {"title": {"text": "experiment in its session"}, "range": [0.5, longest + 0.5]}
+    if longest <= 30:
+        axis["dtick"] = 1
+    goal = "maximised" if name in d.maximize else "minimised"
+    fig = Figure(traces, layout(f"{d.label(remedy)}: {name} per experiment", height=340, xaxis=axis,
+                                yaxis={"title": {"text": ptext(name)}}))
+    fig.caption = (f"{h(name)} ({goal}) of the experiments tuning {h(d.label(remedy))}, in the order each of "
+                   f"{len(sessions)} session(s) ran them; dashed: the best so far. Failed experiments have no point.")
+    return fig
+
+
+def _pareto(d: ReportData, ok: list, a: str, b: str, remedy: str) -> Figure:
     from debugtune.engine.tune.pareto import pareto_mask
 
     both = [e for e in ok if a in e.objectives and b in e.objectives]
@@ -379,7 +457,8 @@ def _pareto(d: ReportData, ok: list, a: str, b: str) -> Figure:
                "line": {"shape": "hv", "color": "#d62728"}, "marker": {"size": 11, "color": "#d62728"},
                "name": "Pareto front"}]
     directions = ", ".join(f"{n} ({'max' if n in d.maximize else 'min'})" for n in (a, b))
-    fig = Figure(traces, layout(f"Pareto front: {a} vs {b}", height=380, xaxis={"title": {"text": ptext(a)}},
+    fig = Figure(traces, layout(f"{d.label(remedy)}: Pareto front of {a} vs {b}", height=380,
+                                xaxis={"title": {"text": ptext(a)}},
                                 yaxis={"title": {"text": ptext(b)}}))
     fig.caption = f"{int(front.sum())} of {len(both)} experiment(s) on the front; directions: {h(directions)}."
     return fig

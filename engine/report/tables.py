@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.escape import h
-from debugtune.engine.report.gather import ReportData
+from debugtune.engine.report.text import change_text, number, param_text, value_text
 from debugtune.kg.namespaces import local_name
 
 
@@ -19,12 +20,11 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[str]], cls: str = "") 
 
 
 def num(x: Any, digits: int = 3) -> str:
-    if isinstance(x, bool) or x is None:
-        return h(x)
-    if isinstance(x, int):
-        return f"{x:,}"
-    if isinstance(x, float):
-        return f"{x:,.{digits}g}" if abs(x) < 1e6 else f"{x:,.0f}"
+    """A value for a cell: numbers as ``text.number`` writes them, nothing for None."""
+    if x is None:
+        return ""
+    if isinstance(x, int | float):
+        return h(number(x, digits))
     return h(x)
 
 
@@ -94,29 +94,28 @@ def findings_table(d: ReportData) -> str:
                  rows, "findings")
 
 
-def _param(p) -> str:
-    if p.choices:
-        return f"{p.name} ∈ {{{', '.join(p.choices)}}} (default {p.default})"
-    return f"{p.name} ∈ [{p.low:g}, {p.high:g}] {p.scale} (default {p.default})"
-
-
 def suggestions_table(d: ReportData) -> str:
     rows = []
     for i, s in enumerate(d.suggestions, 1):
-        changes = "<br>".join(h(f"{c.key}: {c.from_value or '?'} → {c.to_value}") for c in s.config_changes)
+        changes = "<br>".join(h(change_text(c)) for c in s.config_changes)
         rows.append((str(i), named(d, s.remedy), f"{s.score:.3f}", f"{s.effectiveness:.2f}", num(s.cost),
                      h(s.risk), f"{s.success_rate:.2f}", ", ".join(named(d, c) for c in s.addresses),
-                     "<br>".join(h(_param(p)) for p in s.parameters), changes,
+                     "<br>".join(h(param_text(p)) for p in s.parameters), changes,
                      "<br>".join(h(local_name(c)) for c in s.cases)))
     return table(("#", "remedy", "score", "effectiveness", "cost (card-h)", "risk", "success rate", "addresses",
                   "parameters", "config change", "rests on cases"), rows, "suggestions")
 
 
 def experiments_table(d: ReportData) -> str:
-    rows = [(h(e.id), named(d, e.remedy), h(", ".join(f"{k}={v}" for k, v in e.parameters.items())),
-             h(", ".join(f"{k}={v:.4g}" for k, v in e.objectives.items())), num(e.cost), h(e.status))
+    rows = [(h(e.id), named(d, e.remedy), h(", ".join(value_text("", e.parameters))),
+             h(", ".join(value_text("", e.objectives))), num(e.cost), h(e.status))
             for e in d.experiments]
     return table(("experiment", "remedy", "parameters", "objectives", "cost (card-h)", "status"), rows, "experiments")
+
+
+def _duration(hours: float) -> str:
+    seconds = hours * 3600
+    return f"{seconds:.3g} s" if seconds < 120 else f"{seconds / 60:.3g} min" if seconds < 7200 else f"{hours:.3g} h"
 
 
 def cost_block(d: ReportData) -> str:
@@ -130,10 +129,17 @@ def cost_block(d: ReportData) -> str:
         ("spent on the broken run since onset", f"{c.lost_card_hours:.4g} card-h (${c.lost_card_hours * price:,.2f})"),
         ("detected after", f"{c.detect_hours * 3600:.4g} s ({c.detect_card_hours:.4g} card-h)"),
         ("saved by stopping at detection", f"{c.saved_card_hours:.4g} card-h (${c.saved_card_hours * price:,.2f})"),
-        (f"projected saving per incident vs. detection by hand after {c.manual_detect_hours:g} h",
-         f"{c.projected_saving_card_hours:.4g} card-h (${c.projected_saving_card_hours * price:,.2f})"),
         ("card-hour price", f"${price:g}"),
     ]
+    if c.projection_applies:
+        rows.insert(-1, (f"projected saving per incident vs. detection by hand after {c.manual_detect_hours:g} h",
+                         f"{c.projected_saving_card_hours:.4g} card-h "
+                         f"(${c.projected_saving_card_hours * price:,.2f})"))
+    else:
+        rows.insert(-1, ("projected saving vs. detection by hand",
+                         f'<span class="absent">not shown: the run lasted {_duration(c.run_hours)}, less than the '
+                         f"{c.manual_detect_hours:g} h a detection by hand takes; project a job of your size with "
+                         "<code>cann-tune roi</code></span>"))
     body = "".join(f"<tr><th>{h(k)}</th><td>{v}</td></tr>" for k, v in rows)
     sources = "".join(f"<li>{h(k)}: {', '.join(link(u) for u in v)}</li>" for k, v in c.sources.items())
     notes = "".join(f"<li>{h(n)}</li>" for n in c.notes)

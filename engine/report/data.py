@@ -21,12 +21,14 @@ from debugtune.engine.telemetry.runmeta import RUN_JSON
 from debugtune.engine.telemetry.writer import TELEMETRY_DIR
 from debugtune.kg.assertions import read_experiments, read_findings, read_hypotheses
 from debugtune.kg.errors import DebugtuneError
+from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import KB, local_name, run_base, run_graph
-from debugtune.kg.records import Experiment, Finding, Hypothesis, Suggestion
+from debugtune.kg.records import CorrelationEdge, Experiment, Finding, Hypothesis, Suggestion
 from debugtune.kg.sparql import iri
 from debugtune.kg.store import Store
 
 DIAGNOSIS_FILE = "diagnosis.json"
+MIN_HARDWARE_SAMPLES = "hardware.min_samples"  # the KB's threshold: fewer samples are not judged, nor drawn
 
 
 @dataclass
@@ -51,6 +53,8 @@ class ReportData:
     cost_note: str = ""
     maximize: frozenset[str] = frozenset()
     notes: list[str] = field(default_factory=list)
+    correlations: list[CorrelationEdge] = field(default_factory=list)
+    min_hardware_samples: int = 0
 
     def label(self, local: str) -> str:
         """The knowledge base's label of a cause, symptom or remedy, else its id."""
@@ -93,6 +97,15 @@ def causal_links(store: Store, nodes: Iterable[str]) -> dict[tuple[str, str], fl
         key = (r["f"][len(KB):], r["t"][len(KB):])
         out[key] = max(out.get(key, 0.0), float(r["s"]))
     return out
+
+
+def correlations(store: Store, run_id: str) -> list[CorrelationEdge]:
+    """The correlation graph the diagnosis stored (``dt:CorrelationEdge`` between two findings), strongest first."""
+    rows = store.query(f"""SELECT ?a ?b ?lag ?r WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+        ?e a dt:CorrelationEdge ; dt:findingA ?fa ; dt:findingB ?fb ; dt:lagSteps ?lag ; dt:correlation ?r .
+        ?fa dt:findingId ?a . ?fb dt:findingId ?b }} }}""").dicts()
+    edges = [CorrelationEdge(a=r["a"], b=r["b"], lag_steps=int(r["lag"]), correlation=float(r["r"])) for r in rows]
+    return sorted(edges, key=lambda e: (-abs(e.correlation), e.a, e.b))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -179,6 +192,8 @@ def gather(store: Store, run_id: str, *, run_dir: str | Path | None = None, card
         labels=kb_labels(store, nodes | {s.remedy for s in suggestions} | {e.remedy for e in experiments}),
         links=causal_links(store, nodes), telemetry=tel, telemetry_note=tel_note,
         suggestion_note=suggestion_note, maximize=frozenset(maximize))
+    data.correlations = correlations(store, run_id)
+    data.min_hardware_samples = int(thresholds(store).get(MIN_HARDWARE_SAMPLES, 0))
     constants = CostConstants.from_store(store).override(card_hour_price=card_hour_cost)
     data.cost, data.cost_note = _cost(data, constants)
     return data

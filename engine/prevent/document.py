@@ -38,6 +38,14 @@ class ConfigDoc:
     issues: list[KeyIssue] = field(default_factory=list)
     unresolved: dict[str, str] = field(default_factory=dict)
     """Keys whose value holds a shell expansion that could not be resolved (value → as written)."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Entries the reader did not read as settings, with why (a NeMo-style key in MODEL_ARGS)."""
+    options: dict[str, str] = field(default_factory=dict)
+    """The command-line option each key was given with (key → ``--norm-epsilon``)."""
+    entry_point: str | None = None
+    """The training script a launch command runs (``pretrain_gpt.py``), when there is one."""
+    mode: str | None = None
+    """``training`` or ``inference`` when the file says so (Megatron CI's ``MODE:``)."""
 
     def set(self, key: str, value: Any, line: int | None) -> None:
         self.settings[key] = value

@@ -24,10 +24,36 @@ _YAML_START = re.compile(r"^\s*(framework|MODEL_ARGS|ENV_VARS|language_model|mod
 
 def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str = "auto",
                 env: dict[str, str] | None = None, text: str | None = None) -> ConfigDoc:
-    """Read one configuration; ``text`` (when given) is used instead of the file's content."""
-    env = dict(env or {})
+    """Read one configuration; ``text`` (when given) is used instead of the file's content. A configuration
+    that names no version but pins its framework's package (``pip install megatron-core==0.12.0``,
+    ``"transformers_version": "4.46.3"``) is linted for that version."""
     if text is None:
         text = _read_text(path)
+    doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text)
+    if doc.version is None:
+        doc.version = pinned_version(text, doc.framework)
+    return doc
+
+
+_PINS = {
+    "megatron": re.compile(r"(?:megatron[-_]core|megatron-lm)\s*==\s*v?(\d+\.\d+(?:\.\d+)?)|"
+                           r"git\s+checkout\s+(?:core_)?v(\d+\.\d+(?:\.\d+)?)", re.I),
+    "deepspeed": re.compile(r"deepspeed\s*==\s*(\d+\.\d+(?:\.\d+)?)", re.I),
+    "hf": re.compile(r"transformers\s*==\s*(\d+\.\d+(?:\.\d+)?)|\"transformers_version\"\s*:\s*\"(\d+\.\d+(?:\.\d+)?)",
+                     re.I),
+}
+
+
+def pinned_version(text: str, framework: str) -> str | None:
+    """The release of ``framework`` the file pins, if it pins one (the last pin wins)."""
+    pattern = _PINS.get(framework)
+    found = [next(g for g in m.groups() if g) for m in pattern.finditer(text)] if pattern else []
+    return found[-1] if found else None
+
+
+def _read(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str,
+          env: dict[str, str] | None, text: str) -> ConfigDoc:
+    env = dict(env or {})
     if framework != "auto" and framework not in FRAMEWORKS:
         raise LintInputError(path, f"unknown framework {framework!r}: use auto, {', '.join(FRAMEWORKS)}")
     kind = _format(path, text)

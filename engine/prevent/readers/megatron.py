@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 from ..document import ConfigDoc, KeyIssue
@@ -22,6 +23,7 @@ _LAUNCH_FLAGS = {"--standalone", "--use_env", "--use-env", "--no_python", "--no-
                  "--no-local-rank", "--force_multi", "--force-multi", "-u", "-O", "-B", "--run-path", "--run_path",
                  "--module"}
 _NUMBER = re.compile(r"^-\d")
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
 def read_script(text: str, path: str, keys: FrameworkKeys, env: dict[str, str]) -> ConfigDoc:
@@ -40,6 +42,7 @@ def read_script(text: str, path: str, keys: FrameworkKeys, env: dict[str, str]) 
                                    "or a list of --arguments")
     doc = ConfigDoc(path, "megatron", "launch-script", env={**shell.exported_env(), **cmd.env})
     at = next(i for i, w in enumerate(cmd.words) if w.text.endswith(".py"))
+    doc.entry_point = cmd.words[at].text
     _parse_launcher(cmd.words[:at], doc)
     parse_args(cmd.words[at + 1:], keys, doc)
     return doc
@@ -94,13 +97,21 @@ def parse_args(words: list[Word], keys: FrameworkKeys, doc: ConfigDoc) -> None:
                                        closest=keys.closest_option(opt) or "", line=w.line))
             continue
         key, kind = entry
+        doc.options[key] = opt
         if kind != "value":
             if eq:
                 doc.issues.append(KeyIssue("invalid-value", key, inline, f"{opt} takes no value", line=w.line))
                 continue
             doc.set(key, kind == "true", w.line)
+            if i < len(words) and not words[i].text.startswith("-") and words[i].text.lower() in _BOOL_WORDS:
+                doc.issues.append(KeyIssue("invalid-value", key, words[i].text, f"{opt} takes no value (a flag)",
+                                           line=words[i].line))
+                i += 1
             continue
         if not values:
+            if keys.keys[key].optional_value:
+                doc.set(key, [] if takes_list else True, w.line)
+                continue
             doc.issues.append(KeyIssue("invalid-value", key, "", f"{opt} expects a value", line=w.line))
             continue
         doc.set(key, [v.text for v in values] if takes_list else values[0].text, w.line)
@@ -119,23 +130,21 @@ def read_yaml(data: dict[str, Any], lines: dict[str, int], path: str, keys: Fram
     if "MODEL_ARGS" in data:
         doc = ConfigDoc(path, "megatron", "yaml",
                         env={**env, **{str(k): _env_text(v) for k, v in (data.get("ENV_VARS") or {}).items()}})
+        mode = str(data.get("MODE") or "").lower()
+        doc.mode = mode if mode in ("training", "inference") else None
         model_args = data.get("MODEL_ARGS") or {}
         if not isinstance(model_args, dict):
             raise LintInputError(path, "MODEL_ARGS must be a mapping of --option: value", lines.get("MODEL_ARGS"))
-        words: list[Word] = []
         shell = Shell(path, doc.env)
+        words: list[Word] = []
         for opt, value in model_args.items():
-            line = lines.get(f"MODEL_ARGS.{opt}")
-            entry = keys.options.get(str(opt))
-            if entry is not None and entry[1] != "value" and isinstance(value, bool):
-                if value:
-                    words.append(Word(str(opt), line or 0))
+            line = lines.get(f"MODEL_ARGS.{opt}") or 0
+            if not str(opt).startswith("-"):
+                doc.skipped[str(opt)] = "not a Megatron-LM argument (a NeMo-style key); not checked"
                 continue
-            words.append(Word(str(opt), line or 0))
-            items = value if isinstance(value, list) else [value]
-            for x in items:
-                if x is not None:
-                    words += shell.words(_env_text(x), line or 0)
+            piece = ci_argument(str(opt), value)
+            if piece:
+                words += shell.words(piece, line)
         parse_args(words, keys, doc)
         return doc
     doc = ConfigDoc(path, "megatron", "yaml", env=dict(env))
@@ -150,6 +159,44 @@ def read_yaml(data: dict[str, Any], lines: dict[str, int], path: str, keys: Fram
             continue
         doc.set(str(k), v, lines.get(str(k)))
     return doc
+
+
+_CI_QUOTED = re.compile(r"[ |()]")
+
+
+def ci_argument(option: str, value: Any) -> str:
+    """One ``MODEL_ARGS`` entry as the shell text Megatron-LM's CI builds for it before ``eval``
+    (tests/functional_tests/shell_test_utils/_run_training.sh): ``true`` (or an empty YAML value) is the bare
+    flag, an empty string drops the entry, a value in ``( )`` or holding a space, ``|``, ``(`` or ``)`` is
+    passed as one double-quoted word, a value in ``[ ]`` loses its brackets and is split; the value is first
+    trimmed and unquoted as ``xargs`` does."""
+    if value is None or value is True:
+        return option
+    if value == "":
+        return ""
+    if isinstance(value, list):
+        text = " ".join(_env_text(x) for x in value)
+    else:
+        text = _env_text(value)
+    text = _xargs(text)
+    if text == "true":
+        return option
+    if re.fullmatch(r"\([^)]+\)", text):
+        return f'{option} "{text}"'
+    if re.fullmatch(r"\[[^\]]+\]", text):
+        return f"{option} {text[1:-1]}"
+    if _CI_QUOTED.search(text):
+        return f'{option} "{text}"'
+    return f"{option} {text}"
+
+
+def _xargs(text: str) -> str:
+    """``echo "$value" | xargs``: words split on blanks with quotes and backslashes removed, joined by one
+    space; an unmatched quote makes xargs fail and print nothing."""
+    try:
+        return " ".join(shlex.split(text, posix=True))
+    except ValueError:
+        return ""
 
 
 def _env_text(value: Any) -> str:

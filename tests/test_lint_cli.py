@@ -90,7 +90,7 @@ def test_text_output_names_rule_keys_message_and_fix(store_dir, files):
     assert r.exit_code == 1, r.output
     assert "MEG016" in r.output and "12 attention heads do not split over tensor-parallel size 8" in r.output
     assert "num_attention_heads=12" in r.output and "fix:" in r.output
-    assert "MEG100" in r.output and "did you mean --tensor-model-parallel-size?" in r.output
+    assert "MEG105" in r.output and "did you mean --tensor-model-parallel-size?" in r.output
     assert f"{files / 'bad.sh'}:3" in r.output.replace("\n", "")
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .document import ConfigDoc, KeyIssue
-from .keys import FrameworkKeys, KeySpec, guess_scalar
+from .keys import EntryPoint, FrameworkKeys, KeySpec, guess_scalar
 from .vocab import Version, format_version, in_range
 
 
@@ -24,18 +24,29 @@ class CheckedConfig:
     origin: dict[str, str] = field(default_factory=dict)
     """key → "set" (written in the file), "default" (the framework's default) or "derived"."""
     issues: list[KeyIssue] = field(default_factory=list)
+    entry_point: EntryPoint | None = None
+    """The known training script the launch runs (None: no script, or one the knowledge base does not know)."""
 
 
 def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
           defaults_for: Collection[str] | None = None) -> CheckedConfig:
     """Type every setting, collect issues, and add the defaults of keys that were not set (of the keys in
     ``defaults_for`` only, when given: the keys some rule or derivation reads)."""
-    out = CheckedConfig(doc, issues=list(doc.issues))
+    out = CheckedConfig(doc, issues=list(doc.issues), entry_point=keys.entry_point(doc.entry_point))
     allow_auto = doc.framework in ("deepspeed", "hf")
     for name, raw in doc.settings.items():
         line = doc.lines.get(name)
         key = keys.canonical(name)
         spec = keys.lookup(name)
+        if spec is not None and not spec.derived and not in_range(version, spec.min_version, spec.max_version):
+            switched = _meaning_in(keys, doc.options.get(name), version, raw)
+            if switched is not None:
+                spec, raw = switched
+                key = spec.key
+        if spec is not None and spec.group and not _group_accepted(spec, doc, out.entry_point):
+            option = doc.options.get(name, name)
+            out.issues.append(KeyIssue("unknown", option, _text(raw), f"added by {spec.group} only", line=line))
+            continue
         if spec is None:
             if keys.in_open_section(name):
                 out.values[name] = guess_scalar(raw) if not isinstance(raw, (list, dict)) else raw
@@ -74,6 +85,22 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
         out.values[key] = list(spec.defaults) if spec.value_type == "list" else spec.defaults[0]
         out.origin[key] = "default"
     return out
+
+
+def _meaning_in(keys: FrameworkKeys, option: str | None, version: Version | None,
+                raw: Any) -> tuple[KeySpec, Any] | None:
+    """The key an option means in ``version`` when its dest changed between releases (``--norm-epsilon``:
+    ``norm_epsilon`` before 0.16, ``layernorm_epsilon`` from 0.16), with the value it then has."""
+    for key, kind in keys.candidates.get(option or "", []):
+        spec = keys.keys[key]
+        if in_range(version, spec.min_version, spec.max_version):
+            return spec, (raw if kind == "value" else kind == "true")
+    return None
+
+
+def _group_accepted(spec: KeySpec, doc: ConfigDoc, entry: EntryPoint | None) -> bool:
+    """A key a training script adds is accepted when the launch runs that script, or one we do not know."""
+    return doc.entry_point is None or entry is None or spec.group in entry.groups
 
 
 def _version_issue(spec: KeySpec, raw: Any, version: Version | None, line: int | None) -> KeyIssue:

@@ -55,7 +55,9 @@ def _file(folder, name: str, text: str):
 
 
 def test_launch_script_arrays_arithmetic_and_derived_sizes():
-    checked, values = _graph(SCRIPT)
+    fallback, values = _graph(SCRIPT)  # NNODES=${NNODES:-2}: a fallback the environment did not confirm
+    assert fallback.doc.unresolved["nnodes"] == "${NNODES:-2}" and "world_size" not in values
+    checked, values = _graph(SCRIPT, env={"NNODES": "2"})
     doc = checked.doc
     assert doc.source_kind == "launch-script" and doc.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
     assert values["nnodes"] == 2 and values["nproc_per_node"] == 8 and values["world_size"] == 16
@@ -64,7 +66,7 @@ def test_launch_script_arrays_arithmetic_and_derived_sizes():
     assert checked.origin["num_layers"] == "set" and checked.origin["context_parallel_size"] == "default"
     assert doc.lines["num_layers"] == 13 and doc.lines["tensor_model_parallel_size"] == 19
     assert doc.unresolved == {"save": "$1"}
-    result = LINTER.lint_path("x.sh", text=SCRIPT)
+    result = LINTER.lint_path("x.sh", text=SCRIPT, env={"NNODES": "2"})
     assert not result.errors, [v.message for v in result.violations]
 
 
@@ -176,8 +178,12 @@ def test_unknown_keys_are_reported_with_the_closest_known_key(name, text, rule, 
 def test_unknown_key_of_an_older_release_is_version_specific():
     result = LINTER.lint_path("x.sh", text="--moe-router-dtype fp32 --num-experts 8", version="0.11.0")
     assert [v.rule_id for v in result.violations if v.error_class == "version-specific"] == ["MEG103"]
-    newest = LINTER.lint_path("x.sh", text="--use-legacy-models")
-    assert "MEG104" in newest.rule_ids() and "MEG100" not in newest.rule_ids()
+    # An argument the newest release removed: the configuration is linted for the newest release that has it.
+    older = LINTER.lint_path("x.sh", text="--use-legacy-models")
+    assert older.version == "0.17.0" and "MEG104" not in older.rule_ids() and "removed in 0.18.0" in older.notes[0]
+    # No release has both: the newest is linted, and the removed argument is an error there.
+    mixed = LINTER.lint_path("x.sh", text="--use-legacy-models --activation-offload-fraction 0.5")
+    assert mixed.version is None and "MEG104" in mixed.rule_ids() and "MEG100" not in mixed.rule_ids()
 
 
 @pytest.mark.parametrize(("name", "text", "line", "column", "words"), [

@@ -49,6 +49,10 @@ CASES = [
     ("eval building an array", 'S=\'--a "b c" --d 1\'\neval "ARR=($S)"\npython train.py "${ARR[@]}"'),
     ("statements on one line", 'X=1; Y=2   # comment\npython train.py $X$Y && echo done'),
     ("pipe and redirections", 'python train.py --a 1 2>&1 | tee log.txt'),
+    ("if with a defaulted test", 'D=${4:-"MOCK"}\nif [[ "$D" == "MOCK" ]] || [[ -z "$T" ]]; then\n  A=(--mock-data)\n'
+                                 'else\n  A=(--data-path x)\nfi\npython train.py ${A[@]}'),
+    ("if elif else", 'X=1\nif [ "$X" = 2 ]; then Y=a; elif [ "$X" -eq 1 ]; then Y=b; else Y=c; fi\npython train.py $Y'),
+    ("nested if", 'X=1\nif [ $X -eq 1 ]; then\n  if [ $X -eq 2 ]; then Y=in; else Y=out; fi\nfi\npython train.py $Y'),
     ("launcher before the script", 'G=8\nDIST="--nproc_per_node $G --nnodes 1"\ntorchrun $DIST train.py --x 1'),
 ]
 

@@ -186,6 +186,8 @@ def _print_result(r: LintResult, strict: bool) -> None:
         label = "error: " if failing else ""
         console.print(f"[{colour}]{escape(r.path)}: {label}{len(ids)} rule{'s' if len(ids) != 1 else ''} not "
                       f"checked: {escape(reason)} ({', '.join(ids)})[/]", highlight=False, soft_wrap=True)
+    for note in r.notes:
+        console.print(f"[dim]{escape(r.path)}: {escape(note)}[/]", highlight=False, soft_wrap=True)
     for key, why in r.skipped.items():
         console.print(f"[dim]{escape(r.path)}: {escape(key)}: {escape(why)}[/]", highlight=False, soft_wrap=True)
     for message in r.rule_errors:

@@ -40,10 +40,17 @@ class ConfigDoc:
     """Keys whose value holds a shell expansion that could not be resolved (value → as written)."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Entries the reader did not read as settings, with why (a NeMo-style key in MODEL_ARGS)."""
+    hidden_args: list[str] = field(default_factory=list)
+    """Words of the argument list that expand to arguments this file does not show (``${EXTRA_ARGS}``,
+    ``"$@"``): a rule that relies on a key they could set is not judged."""
     options: dict[str, str] = field(default_factory=dict)
     """The command-line option each key was given with (key → ``--norm-epsilon``)."""
     entry_point: str | None = None
     """The training script a launch command runs (``pretrain_gpt.py``), when there is one."""
+    ci_model_args: bool = False
+    """Read from a Megatron CI ``MODEL_ARGS`` mapping (how its values become words depends on the release)."""
+    notes: list[str] = field(default_factory=list)
+    """What the reader decided that the user should know (the release it inferred, ...)."""
     mode: str | None = None
     """``training`` or ``inference`` when the file says so (Megatron CI's ``MODE:``)."""
 

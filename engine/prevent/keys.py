@@ -40,8 +40,9 @@ class KeySpec:
     derived: bool = False
     min_version: str | None = None
     max_version: str | None = None
-    group: str | None = None
-    """The training script that adds this key to the parser (its extra_args_provider); None: the framework's."""
+    groups: tuple[str, ...] = ()
+    """The providers (``file:function`` passed as extra_args_provider) that add this key to the parser;
+    empty for the framework's own keys."""
     optional_value: bool = False
     """The option may be given without a value (argparse ``nargs='?'`` or ``'*'``)."""
 
@@ -156,6 +157,8 @@ class FrameworkKeys:
     candidates: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     """Command-line option → every (key, kind) it has meant, newest first (an option whose dest changed)."""
     entry_points: tuple[EntryPoint, ...] = ()
+    launch_variables: frozenset[str] = frozenset()
+    """Environment variables of the launch topology (dt:LaunchVariable)."""
 
     def __post_init__(self) -> None:
         for spec in self.keys.values():
@@ -226,7 +229,8 @@ class KeyRegistry:
         if framework not in self._views:
             merged = {**self._by_fw.get(ANY, {}), **self._by_fw.get(framework, {})}
             eps = tuple(e for e in self.entry_points if e.framework == framework)
-            self._views[framework] = FrameworkKeys(framework, merged, entry_points=eps)
+            self._views[framework] = FrameworkKeys(framework, merged, entry_points=eps,
+                                                   launch_variables=frozenset(self.launch_variables))
         return self._views[framework]
 
     def frameworks_knowing(self, key: str) -> list[str]:
@@ -264,5 +268,5 @@ def _spec(p: dict[str, list[Any]]) -> KeySpec:
         item_type=one("itemType"), defaults=many("defaultValue"), choices=tuple(str(c) for c in many("choice")),
         options=many("option"), true_flags=many("trueFlag"), false_flags=many("falseFlag"), aliases=many("keyAlias"),
         open_section=bool(one("openSection")), derived=bool(one("derived")),
-        min_version=one("minVersion"), max_version=one("maxVersion"), group=one("keyGroup"),
+        min_version=one("minVersion"), max_version=one("maxVersion"), groups=many("keyGroup"),
         optional_value=bool(one("optionalValue")))

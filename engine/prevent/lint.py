@@ -19,7 +19,7 @@ from .keys import KeyRegistry
 from .readers.dispatch import read_config
 from .rules import DerivationRule, PreventionRule, load_derivations, load_rules
 from .schema import CheckedConfig, check
-from .unjudged import Unjudged, derivation, not_judged, unknown_keys
+from .unjudged import Unjudged, derivation, given_keys, hidden_reason, negated_keys, not_judged, unknown_keys
 from .vocab import CONFIG_BASE, format_version, parse_version, variable_name
 
 _PLACEHOLDER = re.compile(r"\{\?([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -83,6 +83,7 @@ class LintResult:
     """Rules that could not be judged (a key they need is unknown), with why."""
     skipped: dict[str, str] = field(default_factory=dict)
     entry_point: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Violation]:
@@ -104,7 +105,7 @@ class LintResult:
                 "source_kind": self.source_kind, "errors": len(self.errors), "warnings": len(self.warnings),
                 "violations": [v.as_dict() for v in self.violations], "unresolved": self.unresolved,
                 "not_checked": len(self.unjudged), "unjudged": [u.as_dict() for u in self.unjudged],
-                "skipped": self.skipped, "entry_point": self.entry_point,
+                "skipped": self.skipped, "entry_point": self.entry_point, "notes": self.notes,
                 "rule_errors": self.rule_errors, "rules_run": self.rules_run, "seconds": round(self.seconds, 4)}
 
 
@@ -189,10 +190,12 @@ class Linter:
         v = parse_version(version or doc.version)
         result = LintResult(doc.path, doc.framework, format_version(v), doc.source_kind,
                             unresolved=dict(doc.unresolved), rule_errors=errors, skipped=dict(doc.skipped),
-                            entry_point=doc.entry_point)
+                            entry_point=doc.entry_point, notes=list(doc.notes))
         values = graph.settings()
         keymap = {variable_name(k): k for k in values}
-        unknown = unknown_keys(doc, values, self._derived.get(doc.framework, []) + self._derived.get("any", []))
+        derived = self._derived.get(doc.framework, []) + self._derived.get("any", [])
+        unknown = unknown_keys(doc, values, derived)
+        given = given_keys(checked.origin, derived) if doc.hidden_args else set()
         if not doc.settings and not doc.issues:
             result.skipped.setdefault("(configuration)", "no settings to check")
         for rule in self.rules if doc.settings or doc.issues else ():
@@ -206,7 +209,16 @@ class Linter:
                 continue
             rows = ([{}] if answer else []) if isinstance(answer, bool) else answer
             for row in rows:
-                result.violations.append(self._violation(rule, row, checked, keymap, values))
+                found = self._violation(rule, row, checked, keymap, values)
+                if doc.hidden_args:
+                    involved = {k.key for k in found.keys if k.origin != "issue"} | negated_keys(rule.query)
+                    lacking = sorted(k for k in involved if k not in given)
+                    if lacking:
+                        if not any(u.rule_id == rule.rule_id for u in result.unjudged):
+                            result.unjudged.append(Unjudged(rule.rule_id, rule.severity, tuple(lacking),
+                                                            hidden_reason(doc.hidden_args)))
+                        continue
+                result.violations.append(found)
             if not rows and unknown:
                 missing = not_judged(rule.rule_id, rule.severity, rule.query, values, unknown)
                 if missing is not None:

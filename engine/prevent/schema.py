@@ -12,7 +12,7 @@ from typing import Any
 
 from .document import ConfigDoc, KeyIssue
 from .keys import EntryPoint, FrameworkKeys, KeySpec, guess_scalar
-from .vocab import Version, format_version, in_range
+from .vocab import Version, format_version, in_range, parse_version
 
 
 @dataclass
@@ -43,9 +43,16 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
             if switched is not None:
                 spec, raw = switched
                 key = spec.key
-        if spec is not None and spec.group and not _group_accepted(spec, doc, out.entry_point):
+        if spec is not None and spec.groups and not _group_accepted(spec, doc, out.entry_point):
             option = doc.options.get(name, name)
-            out.issues.append(KeyIssue("unknown", option, _text(raw), f"added by {spec.group} only", line=line))
+            out.issues.append(KeyIssue("unknown", option, _text(raw), "added by " + ", ".join(spec.groups),
+                                       line=line))
+            continue
+        if spec is not None and spec.groups and out.entry_point is None:
+            # A key some training script adds, in a launch whose script we do not know: that script may
+            # define it differently (type, choices), so only its presence is recorded.
+            out.values[key] = raw if isinstance(raw, (str, int, float, bool)) else _text(raw)
+            out.origin[key] = "set"
             continue
         if spec is None:
             if keys.in_open_section(name):
@@ -100,7 +107,38 @@ def _meaning_in(keys: FrameworkKeys, option: str | None, version: Version | None
 
 def _group_accepted(spec: KeySpec, doc: ConfigDoc, entry: EntryPoint | None) -> bool:
     """A key a training script adds is accepted when the launch runs that script, or one we do not know."""
-    return doc.entry_point is None or entry is None or spec.group in entry.groups
+    return doc.entry_point is None or entry is None or bool(set(spec.groups) & set(entry.groups))
+
+
+def infer_version(doc: ConfigDoc, keys: FrameworkKeys) -> tuple[str, str] | None:
+    """For a configuration that names no release but uses keys the newest release no longer has: the newest
+    release that accepts every key it sets, and why (None when the newest accepts them all, or when no
+    release accepts them all — then the newest is linted and the removed keys are errors)."""
+    ranges = []
+    for name in doc.settings:
+        specs = [keys.keys[k] for k, _ in keys.candidates.get(doc.options.get(name, ""), [])] or \
+            [s for s in [keys.lookup(name)] if s is not None]
+        specs = [s for s in specs if not s.derived]
+        if not specs:
+            continue
+        low = min((parse_version(s.min_version) or (0, 0, 0)) for s in specs)
+        highs = [parse_version(s.max_version) for s in specs]
+        high = None if any(h is None for h in highs) else max(h for h in highs if h is not None)
+        ranges.append((name, low, high))
+    removed = [(n, h) for n, _, h in ranges if h is not None]
+    if not removed:
+        return None
+    low = max(lo for _, lo, _ in ranges)
+    name, high = min(removed, key=lambda r: r[1])
+    releases = sorted({v for s in keys.keys.values() for v in map(parse_version, (s.min_version, s.max_version))
+                       if v is not None} | {low})
+    fits = [r for r in releases if low <= r < high]
+    if not fits:
+        return None
+    version = format_version(fits[-1])
+    option = doc.options.get(name, name)
+    return version, (f"linted for Megatron-LM {version}, the newest release that accepts every argument given "
+                     f"({option} was removed in {format_version(high)}); pass --version to lint for another")
 
 
 def _version_issue(spec: KeySpec, raw: Any, version: Version | None, line: int | None) -> KeyIssue:

@@ -163,6 +163,33 @@ def not_judged(rule_id: str, severity: str, condition: str, values: Mapping[str,
     return Unjudged(rule_id, severity, tuple(lacking), "; ".join(reasons))
 
 
+@lru_cache(maxsize=4096)
+def negated_keys(condition: str) -> frozenset[str]:
+    """The ``cfg:`` keys a condition may test for absence (inside ``NOT EXISTS``, ``MINUS`` or ``OPTIONAL``)."""
+    out: set[str] = set()
+    for m in re.finditer(r"\b(NOT\s+EXISTS|MINUS|OPTIONAL)\s*\{", condition, re.I):
+        out |= _keys(condition[m.end() - 1:_close(condition, m.end() - 1)])
+    return frozenset(out)
+
+
+def given_keys(origin: Mapping[str, str], derivations: Sequence[Derivation]) -> set[str]:
+    """The keys the file itself sets, and the derived keys computed only from such keys."""
+    given = {k for k, o in origin.items() if o == "set"}
+    changed = True
+    while changed:
+        changed = False
+        for d in derivations:
+            if d.inputs and d.inputs <= given and not d.outputs <= given:
+                given |= d.outputs
+                changed = True
+    return given
+
+
+def hidden_reason(hidden_args: Sequence[str]) -> str:
+    shown = ", ".join(dict.fromkeys(hidden_args))
+    return f"the arguments include {shown}, which this file does not show — a key the rule needs may be set there"
+
+
 def summary(items: Sequence[Unjudged]) -> list[tuple[str, list[str]]]:
     """Reasons with the rules they keep from being judged, most rules first."""
     by_reason: dict[str, list[str]] = {}

@@ -15,6 +15,7 @@ from typing import Any
 from ..document import ConfigDoc
 from ..errors import LintInputError
 from ..keys import FrameworkKeys
+from ..schema import infer_version
 from ..vocab import FRAMEWORKS
 from . import deepspeed, hf, megatron, native
 from .structured import flatten, key_lines, load_json, load_yaml
@@ -32,6 +33,14 @@ def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framewor
     doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text)
     if doc.version is None:
         doc.version = pinned_version(text, doc.framework)
+    if doc.version is None and doc.framework == "megatron":
+        inferred = infer_version(doc, keys_for("megatron"))
+        if inferred is not None:
+            version, why = inferred
+            if doc.ci_model_args and megatron.ci_semantics(version) != megatron.ci_semantics(None):
+                doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text, version=version)
+            doc.version = version
+            doc.notes.append(why)
     return doc
 
 
@@ -52,7 +61,7 @@ def pinned_version(text: str, framework: str) -> str | None:
 
 
 def _read(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str,
-          env: dict[str, str] | None, text: str) -> ConfigDoc:
+          env: dict[str, str] | None, text: str, version: str | None = None) -> ConfigDoc:
     env = dict(env or {})
     if framework != "auto" and framework not in FRAMEWORKS:
         raise LintInputError(path, f"unknown framework {framework!r}: use auto, {', '.join(FRAMEWORKS)}")
@@ -79,7 +88,7 @@ def _read(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str
     fw = framework if framework != "auto" else detect_framework(data, keys_for, path)
     source_kind = "json" if kind == "json" else "yaml"
     if fw == "megatron":
-        return megatron.read_yaml(data, lines, path, keys_for("megatron"), env)
+        return megatron.read_yaml(data, lines, path, keys_for("megatron"), env, version)
     if fw == "deepspeed":
         return deepspeed.read(data, lines, path, env, source_kind, duplicates)
     return hf.read(data, lines, path, env, source_kind, duplicates)

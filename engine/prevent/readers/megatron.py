@@ -10,6 +10,7 @@ from typing import Any
 from ..document import ConfigDoc, KeyIssue
 from ..errors import LintInputError
 from ..keys import FrameworkKeys
+from ..vocab import parse_version
 from .shell import Command, Shell, Word
 
 _LAUNCH_KEYS = {
@@ -31,7 +32,7 @@ def read_script(text: str, path: str, keys: FrameworkKeys, env: dict[str, str]) 
     ``.py`` script, whose words after the script are Megatron arguments and before it launcher options."""
     shell = Shell(path, env)
     commands = shell.run(text)
-    cmd = _training_command(commands)
+    cmd = _training_command(commands, keys)
     if cmd is None:
         if commands and all(c.words[0].text.startswith("-") for c in commands):
             doc = ConfigDoc(path, "megatron", "args", env=shell.exported_env())
@@ -44,13 +45,34 @@ def read_script(text: str, path: str, keys: FrameworkKeys, env: dict[str, str]) 
     at = next(i for i, w in enumerate(cmd.words) if w.text.endswith(".py"))
     doc.entry_point = cmd.words[at].text
     _parse_launcher(cmd.words[:at], doc)
+    known, unknown = _option_counts(cmd.words[at + 1:], keys)
+    if known < unknown and keys.entry_point(doc.entry_point) is None:
+        doc.skipped[doc.entry_point] = ("takes no Megatron-LM arguments: not a Megatron-LM training command; "
+                                        "nothing checked")
+        doc.settings.clear()
+        doc.unresolved.clear()
+        return doc
     parse_args(cmd.words[at + 1:], keys, doc)
     return doc
 
 
-def _training_command(commands: list[Command]) -> Command | None:
+def _training_command(commands: list[Command], keys: FrameworkKeys) -> Command | None:
+    """The last command that runs a ``.py`` script with Megatron-LM arguments (else the last ``.py`` one):
+    a script that preprocesses data or evaluates with its own parser before or after training is skipped."""
     found = [c for c in commands if any(w.text.endswith(".py") for w in c.words)]
+    for c in reversed(found):
+        at = next(i for i, w in enumerate(c.words) if w.text.endswith(".py"))
+        known, unknown = _option_counts(c.words[at + 1:], keys)
+        if known and known >= unknown:
+            return c
     return found[-1] if found else None
+
+
+def _option_counts(words: list[Word], keys: FrameworkKeys) -> tuple[int, int]:
+    """How many of the --options are Megatron-LM's (or its training scripts') and how many are not."""
+    opts = [w.text.partition("=")[0] for w in words if w.text.startswith("--")]
+    known = sum(o in keys.options for o in opts)
+    return known, len(opts) - known
 
 
 def _parse_launcher(words: list[Word], doc: ConfigDoc) -> None:
@@ -71,6 +93,10 @@ def _parse_launcher(words: list[Word], doc: ConfigDoc) -> None:
         doc.set(key, value, value_word.line)
         if value_word.unresolved:
             doc.unresolved[key] = value_word.text
+        elif value_word.defaulted:
+            # ${NNODES:-1}: the script defers the topology to the environment, which did not give it; its
+            # fallback is not evidence of the world size the job runs with.
+            doc.unresolved[key] = f"${{{value_word.defaulted[0]}:-{value_word.text}}}"
 
 
 def parse_args(words: list[Word], keys: FrameworkKeys, doc: ConfigDoc) -> None:
@@ -81,7 +107,10 @@ def parse_args(words: list[Word], keys: FrameworkKeys, doc: ConfigDoc) -> None:
         opt, eq, inline = w.text.partition("=")
         i += 1
         if not opt.startswith("-") or _NUMBER.match(opt):
-            doc.issues.append(KeyIssue("unknown", w.text, "", "an --option", line=w.line))
+            if w.unresolved and w.text.startswith(("$", "`")):
+                doc.hidden_args.append(w.text)  # ${EXTRA_ARGS}, "$@": arguments this file does not show
+            else:
+                doc.issues.append(KeyIssue("unknown", w.text, "", "an --option", line=w.line))
             continue
         values: list[Word] = [Word(inline, w.line, w.unresolved)] if eq else []
         entry = keys.options.get(opt)
@@ -117,14 +146,19 @@ def parse_args(words: list[Word], keys: FrameworkKeys, doc: ConfigDoc) -> None:
         doc.set(key, [v.text for v in values] if takes_list else values[0].text, w.line)
         doc.lines[key] = w.line
         missing = [n for v in values for n in v.unresolved]
+        topology = [n for v in values for n in v.defaulted if n in keys.launch_variables]
         if missing:
             doc.unresolved[key] = " ".join(v.text for v in values)
+        elif topology:
+            # PP=${WORLD_SIZE} with WORLD_SIZE=$((${GPUS_PER_NODE:-8} * ...)): the value rests on a topology
+            # fallback the environment did not confirm.
+            doc.unresolved[key] = f"{' '.join(v.text for v in values)} (from ${{{topology[0]}:-…}})"
         else:
             doc.unresolved.pop(key, None)
 
 
 def read_yaml(data: dict[str, Any], lines: dict[str, int], path: str, keys: FrameworkKeys,
-              env: dict[str, str]) -> ConfigDoc:
+              env: dict[str, str], version: str | None = None) -> ConfigDoc:
     """Megatron YAML: ``MODEL_ARGS`` (options as keys) with ``ENV_VARS``, or the ``--yaml-cfg`` form
     (sections ``language_model`` and ``model_parallel`` hold argument names, other keys are top level)."""
     if "MODEL_ARGS" in data:
@@ -136,13 +170,14 @@ def read_yaml(data: dict[str, Any], lines: dict[str, int], path: str, keys: Fram
         if not isinstance(model_args, dict):
             raise LintInputError(path, "MODEL_ARGS must be a mapping of --option: value", lines.get("MODEL_ARGS"))
         shell = Shell(path, doc.env)
+        doc.ci_model_args = True
         words: list[Word] = []
         for opt, value in model_args.items():
             line = lines.get(f"MODEL_ARGS.{opt}") or 0
             if not str(opt).startswith("-"):
                 doc.skipped[str(opt)] = "not a Megatron-LM argument (a NeMo-style key); not checked"
                 continue
-            piece = ci_argument(str(opt), value)
+            piece = ci_argument(str(opt), value, version)
             if piece:
                 words += shell.words(piece, line)
         parse_args(words, keys, doc)
@@ -161,23 +196,36 @@ def read_yaml(data: dict[str, Any], lines: dict[str, int], path: str, keys: Fram
     return doc
 
 
-_CI_QUOTED = re.compile(r"[ |()]")
+# How Megatron-LM's CI runner turns a MODEL_ARGS value into words changed twice
+# (tests/functional_tests/shell_test_utils/_run_training.sh): before core_v0.13.0 "key value" was split into
+# words as is (ci: "Handle nargs", 04a5957); from 0.13.0 a value with a space became one quoted word and
+# ( ) / [ ] got their own cases; from 0.17.0 a value holding |, ( or ) is quoted too (7418b1b).
+_CI_QUOTING = (0, 13, 0)
+_CI_QUOTING_SYMBOLS = (0, 17, 0)
 
 
-def ci_argument(option: str, value: Any) -> str:
+def ci_semantics(version: str | None) -> str:
+    """``split``, ``quote-spaces`` or ``quote-symbols``: the runner's handling of values for a release."""
+    v = parse_version(version)
+    if v is None or v >= _CI_QUOTING_SYMBOLS:
+        return "quote-symbols"
+    return "quote-spaces" if v >= _CI_QUOTING else "split"
+
+
+def ci_argument(option: str, value: Any, version: str | None = None) -> str:
     """One ``MODEL_ARGS`` entry as the shell text Megatron-LM's CI builds for it before ``eval``
-    (tests/functional_tests/shell_test_utils/_run_training.sh): ``true`` (or an empty YAML value) is the bare
-    flag, an empty string drops the entry, a value in ``( )`` or holding a space, ``|``, ``(`` or ``)`` is
-    passed as one double-quoted word, a value in ``[ ]`` loses its brackets and is split; the value is first
-    trimmed and unquoted as ``xargs`` does."""
+    (tests/functional_tests/shell_test_utils/_run_training.sh of the release): ``true`` (or an empty YAML
+    value) is the bare flag, an empty string drops the entry; from 0.13 a value in ``( )`` or holding a space
+    (from 0.17 also ``|``, ``(`` or ``)``) is passed as one double-quoted word and a value in ``[ ]`` loses
+    its brackets; the value is first trimmed and unquoted as ``xargs`` does. Before 0.13 it is split."""
     if value is None or value is True:
         return option
     if value == "":
         return ""
-    if isinstance(value, list):
-        text = " ".join(_env_text(x) for x in value)
-    else:
-        text = _env_text(value)
+    text = " ".join(_env_text(x) for x in value) if isinstance(value, list) else _env_text(value)
+    semantics = ci_semantics(version)
+    if semantics == "split":
+        return option if text == "true" else f"{option} {text}"
     text = _xargs(text)
     if text == "true":
         return option
@@ -185,9 +233,13 @@ def ci_argument(option: str, value: Any) -> str:
         return f'{option} "{text}"'
     if re.fullmatch(r"\[[^\]]+\]", text):
         return f"{option} {text[1:-1]}"
-    if _CI_QUOTED.search(text):
+    if (_CI_QUOTED if semantics == "quote-symbols" else _CI_SPACE).search(text):
         return f'{option} "{text}"'
     return f"{option} {text}"
+
+
+_CI_QUOTED = re.compile(r"[ |()]")
+_CI_SPACE = re.compile(r" ")
 
 
 def _xargs(text: str) -> str:

@@ -11,6 +11,7 @@ never guesses a value.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -49,25 +50,94 @@ class Shell:
         self._depth = 0
 
     def run(self, text: str) -> list[Command]:
-        commands = []
-        for st in Scanner(text, self.path).statements():
-            cmd = self._statement(st)
-            if cmd is not None:
-                commands += cmd
+        """Run the statements of ``text``; ``if``/``elif``/``else`` take the first branch whose condition is
+        true or cannot be decided (an unresolved variable), other control flow runs in file order."""
+        commands: list[Command] = []
+        sts = Scanner(text, self.path).statements()
+        branches: list[_Branch] = []
+        i = 0
+        while i < len(sts):
+            st = sts[i]
+            kw = st.words[0].plain() if st.words else ""
+            if kw in ("if", "elif"):
+                parts = [(st.words[1:], st.end)]
+                j = i + 1
+                while j < len(sts) and (sts[j].words[0].plain() if sts[j].words else "") != "then":
+                    parts.append((sts[j].words, sts[j].end))
+                    j += 1
+                if kw == "if":
+                    branches.append(_Branch(all(b.active for b in branches)))
+                b = branches[-1] if branches else _Branch(True)
+                value = self._condition(parts) if b.enclosing and not b.taken else False
+                b.active = b.enclosing and not b.taken and value is not False
+                b.taken = b.taken or b.active
+                if j < len(sts):
+                    sts[j] = Statement(sts[j].line, sts[j].words[1:], sts[j].stdin, sts[j].docs, sts[j].end)
+                i = j
+                continue
+            if kw in ("else", "fi") and branches:
+                b = branches[-1]
+                if kw == "else":
+                    b.active, b.taken = b.enclosing and not b.taken, True
+                else:
+                    branches.pop()
+                st = Statement(st.line, st.words[1:], st.stdin, st.docs, st.end)
+            i += 1
+            if all(b.active for b in branches):
+                cmd = self._statement(st)
+                if cmd is not None:
+                    commands += cmd
         return commands
+
+    # -- conditions ---------------------------------------------------------------------------------
+    def _condition(self, parts: list[tuple[list[RawWord], str]]) -> bool | None:
+        """A condition list joined by ``&&`` / ``||`` (left to right, as bash does); None when undecided."""
+        value: bool | None = None
+        op = ""
+        for words, end in parts:
+            one = self._test(words)
+            if not op:
+                value = one
+            elif op == "&&":
+                value = False if value is False or one is False else (None if None in (value, one) else True)
+            elif op == "||":
+                value = True if value is True or one is True else (None if None in (value, one) else False)
+            op = end if end in ("&&", "||") else ""
+        return value
+
+    def _test(self, raw: list[RawWord]) -> bool | None:
+        """``[ ... ]``, ``[[ ... ]]`` or ``test ...`` over strings and integers; None for anything else
+        (a command's exit status, a file test, an unresolved value)."""
+        words = list(raw)
+        negate = False
+        while words and words[0].plain() == "!":
+            negate, words = not negate, words[1:]
+        if words and words[0].plain() in ("[", "[[", "test"):
+            words = words[1:]
+        if words and words[-1].plain() in ("]", "]]"):
+            words = words[:-1]
+        elif raw and raw[0].plain() not in ("[", "[[", "test") and not (words and words[0].plain().startswith("-")):
+            if not (len(words) == 3 and words[1].plain() in _BINARY):
+                return None
+        items = [self._x.string(w) for w in words]
+        if any(it.unresolved for it in items):
+            return None
+        result = _evaluate([it.text for it in items])
+        return None if result is None else result != negate
+
 
     def words(self, text: str, line: int) -> list[Word]:
         """``text`` as the words of one command line (quotes, expansions, splitting), all on ``line``."""
         out = []
         for st in Scanner(text.replace("\n", " "), self.path).statements():
             for w in st.words:
-                out += [Word(f.text, line, f.unresolved) for f in self._x.fields(w)]
+                out += [Word(f.text, line, f.unresolved, f.defaulted) for f in self._x.fields(w)]
         return out
 
     def array(self, name: str) -> list[Word]:
         """The elements of a variable as words (an array's elements, a scalar's one value)."""
         value = self.vars.get(name)
-        return [] if value is None else [Word(i.text, i.line, i.unresolved) for i in value.items]
+        return [] if value is None else [Word(i.text, i.line, i.unresolved, i.defaulted) for i in value.items]
 
     def exported_env(self) -> dict[str, str]:
         return {k: " ".join(i.text for i in v.items) for k, v in self.vars.items() if k in self.exported}
@@ -195,7 +265,7 @@ class Shell:
         m = ASSIGN.match(w.literal_prefix())
         assert m is not None
         if w.array is not None:
-            items = [Item(f.text, f.line, f.unresolved) for el in w.array for f in self._x.fields(el)]
+            items = [Item(f.text, f.line, f.unresolved, f.defaulted) for el in w.array for f in self._x.fields(el)]
             return m.group(1), Value(items, True)
         rest = RawWord(w.line, list(w.parts))
         rest.parts[0] = type(rest.parts[0])("lit", rest.parts[0].text[m.end():])
@@ -216,8 +286,8 @@ class Shell:
             else:
                 first = old.first() or Item("", w.line)
                 add = value.first() or Item("", w.line)
-                value = Value([Item(first.text + add.text, first.line, first.unresolved + add.unresolved)]
-                              + old.items[1:], old.array)
+                value = Value([Item(first.text + add.text, first.line, first.unresolved + add.unresolved,
+                                    first.defaulted + add.defaulted)] + old.items[1:], old.array)
         self.vars[name] = value
         return name
 
@@ -261,3 +331,53 @@ def _ifs_rest(text: str, ifs: str, skip: int) -> str:
         parts = re.split(f"[{re.escape(ifs)}]+", rest, maxsplit=1) if ifs else [rest]
         rest = parts[1] if len(parts) > 1 else ""
     return rest.strip(white) if white else rest
+
+
+@dataclass
+class _Branch:
+    """One ``if`` being run: whether its enclosing code runs, whether a branch was taken, whether this one runs."""
+
+    enclosing: bool
+    taken: bool = False
+    active: bool = False
+
+
+_BINARY = {"=", "==", "!=", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "=~", "<", ">"}
+_INT_OPS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
+            "-ge": int.__ge__}
+
+
+def _evaluate(args: list[str]) -> bool | None:
+    """The truth of a test command's arguments (after expansion)."""
+    if not args:
+        return False
+    if len(args) == 1:
+        return args[0] != ""
+    if len(args) == 2:
+        op, value = args
+        if op == "-z":
+            return value == ""
+        if op == "-n":
+            return value != ""
+        if op == "!":
+            return value == ""
+        return None
+    if len(args) == 3:
+        a, op, b = args
+        if op in ("=", "=="):
+            return fnmatch.fnmatchcase(a, b) if any(ch in b for ch in "*?[") else a == b
+        if op == "!=":
+            return a != b
+        if op in _INT_OPS:
+            try:
+                return _INT_OPS[op](int(a), int(b))
+            except ValueError:
+                return None
+        if op == "=~":
+            try:
+                return re.search(b, a) is not None
+            except re.error:
+                return None
+        if op in ("<", ">"):
+            return a < b if op == "<" else a > b
+    return None

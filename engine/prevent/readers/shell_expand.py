@@ -27,11 +27,13 @@ COMMAND_OUTPUT = "$(...)"
 
 @dataclass(frozen=True)
 class Item:
-    """One element of a variable's value, with the line it was assigned on and what it could not resolve."""
+    """One element of a variable's value, with the line it was assigned on, what it could not resolve and
+    the variables whose ``${NAME:-default}`` default it holds because they were not set."""
 
     text: str
     line: int
     unresolved: tuple[str, ...] = ()
+    defaulted: tuple[str, ...] = ()
 
 
 @dataclass
@@ -45,11 +47,13 @@ class Value:
 
 @dataclass(frozen=True)
 class Word:
-    """An expanded word (field) with the line it starts on and the names it could not resolve."""
+    """An expanded word (field) with the line it starts on, the names it could not resolve and the unset
+    variables whose ``${NAME:-default}`` default it holds."""
 
     text: str
     line: int
     unresolved: tuple[str, ...] = ()
+    defaulted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class _Frag:
     line: int
     unresolved: tuple[str, ...] = ()
     quoted: bool = False
+    defaulted: tuple[str, ...] = ()
 
 
 _BREAK = _Frag("", False, 0)
@@ -105,10 +110,12 @@ class Expander:
 
     def _token(self, token: str, quoted: bool, line: int) -> list[_Frag]:
         if token.startswith("$((") and token.endswith("))"):
-            text, missing = self.arithmetic(token[3:-2], line)
-            return [_Frag(text, not quoted, line, missing, quoted)]
+            text, missing, defaulted = self.arithmetic_item(token[3:-2], line)
+            return [_Frag(text, not quoted, line, missing, quoted, defaulted)]
         if token.startswith(("$(", "`")):
             return [_Frag(token, False, line, (COMMAND_OUTPUT,), True)]
+        if token.startswith("<"):
+            return [_Frag(token, False, line, (token,), True)]  # a template's <placeholder>
         if token.startswith("$["):
             text, missing = self.arithmetic(token[2:-1], line)
             return [_Frag(text, not quoted, line, missing, quoted)]
@@ -127,18 +134,20 @@ class Expander:
         if joined or not quoted or len(items) == 1:
             if joined:
                 items = [Item(" ".join(i.text for i in items), items[0].line,
-                              tuple(n for i in items for n in i.unresolved))]
+                              tuple(n for i in items for n in i.unresolved),
+                              tuple(n for i in items for n in i.defaulted))]
             out: list[_Frag] = []
             for k, it in enumerate(items):
                 if k:
                     out.append(_Frag(" ", not quoted, it.line))
-                out.append(_Frag(it.text, not quoted and not it.unresolved, it.line, it.unresolved, quoted))
+                out.append(_Frag(it.text, not quoted and _splittable(it), it.line, it.unresolved, quoted,
+                                 it.defaulted))
             return out
         out = []
         for k, it in enumerate(items):
             if k:
                 out.append(_BREAK)
-            out.append(_Frag(it.text, False, it.line, it.unresolved, True))
+            out.append(_Frag(it.text, False, it.line, it.unresolved, True, it.defaulted))
         return out
 
     # -- ${...} -------------------------------------------------------------------------------------
@@ -176,7 +185,7 @@ class Expander:
         k = int(n)
         if -len(value.items) <= k < len(value.items):
             it = value.items[k]
-            return [_Frag(it.text, not quoted and not it.unresolved, it.line, it.unresolved, quoted)]
+            return [_Frag(it.text, not quoted and _splittable(it), it.line, it.unresolved, quoted, it.defaulted)]
         return []
 
     def _default(self, name: str, op: str, word: str, token: str, quoted: bool, line: int) -> list[_Frag]:
@@ -190,7 +199,8 @@ class Expander:
             return self._variable(name, token, quoted, line, all_items=False)
         if kind == "?":
             return [_Frag(token, False, line, (name,), True)]
-        frags = self._operator_word(word, quoted, line)
+        frags = [f if f is _BREAK else _Frag(f.text, f.split, f.line, f.unresolved, f.quoted, f.defaulted + (name,))
+                 for f in self._operator_word(word, quoted, line)]
         if kind == "=":
             self.assign(name, Value([_join(frags, line)]))
         return frags
@@ -199,8 +209,8 @@ class Expander:
         """The word of ``${X:-word}``: expanded, quotes removed; unquoted, its unquoted text is split."""
         w = scan_word(word, self.path, line, in_double_quotes=quoted)
         frags = self._parts(w.parts, quoted, line)
-        return [f if f is _BREAK or quoted or f.quoted else _Frag(f.text, True, f.line, f.unresolved)
-                for f in frags]
+        return [f if f is _BREAK or quoted or f.quoted
+                else _Frag(f.text, True, f.line, f.unresolved, False, f.defaulted) for f in frags]
 
     def _operator(self, name: str, op: str, arg: str, token: str, quoted: bool, line: int) -> list[_Frag]:
         value = self.lookup(name)
@@ -232,13 +242,18 @@ class Expander:
         return [_Frag(out, not quoted, line, quoted=quoted)]
 
     # -- arithmetic ---------------------------------------------------------------------------------
-    def arithmetic(self, expr: str, line: int, depth: int = 0) -> tuple[str, tuple[str, ...]]:
+    def arithmetic(self, expr: str, line: int) -> tuple[str, tuple[str, ...]]:
         """``$(( expr ))``: integer arithmetic over variables; unknown names leave it unresolved."""
+        return self.arithmetic_item(expr, line)[:2]
+
+    def arithmetic_item(self, expr: str, line: int, depth: int = 0) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """The value of ``$(( expr ))``, the names it could not resolve and the defaulted variables it used."""
         item = self.string(scan_word(expr, self.path, line, in_double_quotes=True))
         if item.unresolved:
-            return "$((" + expr + "))", item.unresolved
+            return "$((" + expr + "))", item.unresolved, item.defaulted
         text = item.text.strip()
         missing: list[str] = []
+        defaulted: list[str] = list(item.defaulted)
 
         def value_of(m: re.Match[str]) -> str:
             v = self.lookup(m.group(0))
@@ -246,20 +261,55 @@ class Expander:
             if first is None or first.unresolved or depth > 8:
                 missing.append(m.group(0))
                 return "0"
+            defaulted.extend(first.defaulted)
             inner = first.text.strip() or "0"
             if re.fullmatch(r"-?\d+", inner):
                 return f"({inner})"
-            result, miss = self.arithmetic(inner, line, depth + 1)
+            result, miss, dflt = self.arithmetic_item(inner, line, depth + 1)
             missing.extend(miss)
+            defaulted.extend(dflt)
             return f"({result})" if not miss else "0"
 
         text = _NAME.sub(value_of, text)
+        used = tuple(dict.fromkeys(defaulted))
         if missing:
-            return "$((" + expr + "))", tuple(missing)
+            return "$((" + expr + "))", tuple(missing), used
         try:
-            return str(_arith_eval(ast.parse(_pythonise(text), mode="eval").body)), ()
+            return str(_arith_eval(ast.parse(_pythonise(text), mode="eval").body)), (), used
         except (SyntaxError, ValueError, ZeroDivisionError, TypeError, RecursionError):
-            return "$((" + expr + "))", ("$((" + expr + "))",)
+            return "$((" + expr + "))", ("$((" + expr + "))",), used
+
+
+def _splittable(item: Item) -> bool:
+    """Values are field-split, except a template's ``<placeholder>`` (one value to fill in); a command
+    substitution kept as written stays one piece (see _pieces)."""
+    return not any(n.startswith("<") for n in item.unresolved)
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` split on IFS white space, except inside a ``$(...)`` or backquoted command kept as written
+    (its output is unknown, so its own spaces are not the value's)."""
+    out, cur, depth, tick, i = [], [], 0, False, 0
+    while i < len(text):
+        c = text[i]
+        if c == "`":
+            tick = not tick
+        elif text.startswith("$(", i):
+            depth += 1
+            cur.append("$(")
+            i += 2
+            continue
+        elif c == ")" and depth:
+            depth -= 1
+        elif c in " \t\n" and not depth and not tick:
+            out.append("".join(cur))
+            cur = []
+            i += 1
+            continue
+        cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return out
 
 
 def _split_fields(frags: list[_Frag], line: int) -> list[Word]:
@@ -274,14 +324,15 @@ def _split_fields(frags: list[_Frag], line: int) -> list[Word]:
         if not f.split:
             cur = (cur or []) + [f]
             continue
-        pieces = re.split(r"[ \t\n]+", f.text)
+        pieces = _pieces(f.text)
         for k, piece in enumerate(pieces):
             if k:
                 if cur is not None:
                     fields.append(cur)
                 cur = None
             if piece:
-                cur = (cur or []) + [_Frag(piece, False, f.line, f.unresolved)]
+                names = tuple(n for n in f.unresolved if mentions(piece, n))
+                cur = (cur or []) + [_Frag(piece, False, f.line, names, False, f.defaulted)]
     if cur is not None:
         fields.append(cur)
     out = []
@@ -290,14 +341,27 @@ def _split_fields(frags: list[_Frag], line: int) -> list[Word]:
         if not text and not any(f.quoted for f in fl):
             continue
         start = next((f.line for f in fl if f.text), line)
-        out.append(Word(text, start, tuple(dict.fromkeys(n for f in fl for n in f.unresolved))))
+        out.append(Word(text, start, tuple(dict.fromkeys(n for f in fl for n in f.unresolved)),
+                        tuple(dict.fromkeys(n for f in fl for n in f.defaulted))))
     return out
 
 
 def _join(frags: list[_Frag], line: int) -> Item:
     text = "".join(" " if f is _BREAK else f.text for f in frags)
     start = next((f.line for f in frags if f.text), line)
-    return Item(text, start, tuple(dict.fromkeys(n for f in frags for n in f.unresolved)))
+    return Item(text, start, tuple(dict.fromkeys(n for f in frags for n in f.unresolved)),
+                tuple(dict.fromkeys(n for f in frags for n in f.defaulted)))
+
+
+def mentions(text: str, name: str) -> bool:
+    """Whether an expanded piece still holds the unresolved expansion ``name`` (kept as written)."""
+    if name == COMMAND_OUTPUT:
+        return "$(" in text or "`" in text
+    if name.startswith("$(("):
+        return "$((" in text
+    if name.startswith("<"):
+        return name in text
+    return f"${name}" in text or f"${{{name}" in text or f"${{#{name}" in text
 
 
 def _glob(pattern: str) -> re.Pattern[str]:

@@ -58,6 +58,8 @@ class Statement:
     """Here-strings (``("word", w)``) and here-documents (``("doc", None)`` with the body in ``docs``)."""
     docs: list[tuple[str, bool]] = field(default_factory=list)
     """Here-document bodies with whether they are expanded (unquoted delimiter)."""
+    end: str = "\n"
+    """What ended the statement: a newline, ``;``, ``&&``, ``||``, ``|`` or ``&``."""
 
 
 class Scanner:
@@ -110,7 +112,7 @@ class Scanner:
                 return st
             if end is None and c in ";&|" and not self.t.startswith("&>", self.i):
                 self._finish(st)
-                self._operator()
+                st.end = self._operator()
                 return st
             if c in "<>" or self.t.startswith("&>", self.i):
                 self._redirection(st)
@@ -160,12 +162,33 @@ class Scanner:
         nl = self.t.find("\n", self.i)
         self.i = len(self.t) if nl < 0 else nl
 
-    def _operator(self) -> None:
+    def _operator(self) -> str:
+        start = self.i
         while self.i < len(self.t) and self.t[self.i] in ";&|":
             self.i += 1
+        return self.t[start:self.i]
+
+    def _placeholder(self) -> bool:
+        """``<Specify path>`` where a value belongs (templates ship such placeholders): kept as an unresolved
+        value rather than read as a redirection."""
+        t, i = self.t, self.i
+        j = t.find(">", i + 1)
+        nl = t.find("\n", i)
+        if j < 0 or (0 <= nl < j) or t.startswith("<<", i):
+            return False
+        inner = t[i + 1:j]
+        after = t[j + 1:j + 2]
+        if not inner or inner[0].isspace() or inner[-1].isspace() or "<" in inner or after not in ("", " ", "\t",
+                                                                                                  "\n", ";", "\\", "/"):
+            return False
+        self._word().add("exp", t[i:j + 1])
+        self.i = j + 1
+        return True
 
     def _redirection(self, st: Statement) -> None:
         """``>``, ``>>``, ``2>&1``, ``&>``, ``<``: the target word is dropped; ``<<<`` and ``<<`` feed stdin."""
+        if self.t[self.i] == "<" and self._placeholder():
+            return
         cur = self._cur
         if cur is not None and cur.plain().isdigit():
             self._cur = None

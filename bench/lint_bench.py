@@ -92,7 +92,9 @@ def render(spec: Spec, folder: Path) -> tuple[Path, dict[str, str]]:
             return path, env
         if spec.fmt == "model_args":
             path = folder / f"{spec.name}.yaml"
-            model_args = {f"--{k}": (" ".join(map(str, v)) if isinstance(v, list) else v) for k, v in spec.args.items()}
+            # lists as Megatron's CI writes them: "[a b]" (the runner strips the brackets and splits)
+            model_args = {f"--{k}": ("[" + " ".join(map(str, v)) + "]" if isinstance(v, list) else v)
+                          for k, v in spec.args.items()}
             path.write_text(yaml.safe_dump({"ENV_VARS": spec.env, "TEST_TYPE": "release", "MODEL_ARGS": model_args},
                                            sort_keys=False))
             env.update(WORLD_SIZE=str(spec.world()), GPUS_PER_NODE=str(spec.launch["nproc_per_node"]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-ISSUE_KINDS = ("unknown", "invalid-value", "invalid-choice", "not-in-version", "removed", "duplicate")
+ISSUE_KINDS = ("unknown", "invalid-value", "invalid-choice", "not-in-version", "removed", "removed-later", "duplicate")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class ConfigDoc:
     """The training script a launch command runs (``pretrain_gpt.py``), when there is one."""
     ci_model_args: bool = False
     """Read from a Megatron CI ``MODEL_ARGS`` mapping (how its values become words depends on the release)."""
+    version_inferred: bool = False
+    """``version`` is the newest release the keys fit, not one the user named or the file pins."""
     notes: list[str] = field(default_factory=list)
     """What the reader decided that the user should know (the release it inferred, ...)."""
     mode: str | None = None

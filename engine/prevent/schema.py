@@ -66,6 +66,9 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
             out.issues.append(_version_issue(spec, raw, version, line))
             if version is not None:
                 continue
+        elif doc.version_inferred and spec.max_version and not spec.derived:
+            out.issues.append(KeyIssue("removed-later", spec.key, _text(raw), f"removed in {spec.max_version}",
+                                       line=line))
         if name in doc.unresolved:
             if spec.value_type == "str" or (spec.value_type == "list" and spec.item_type == "str"):
                 out.values[key] = doc.unresolved[name]

@@ -40,6 +40,7 @@ def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framewor
             if doc.ci_model_args and megatron.ci_semantics(version) != megatron.ci_semantics(None):
                 doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text, version=version)
             doc.version = version
+            doc.version_inferred = True
             doc.notes.append(why)
     return doc
 

@@ -58,8 +58,8 @@ def test_a_rule_that_fires_on_a_valid_configuration_is_refused(store):
 
 
 def test_the_confidence_floor_comes_from_the_knowledge_base(store):
-    store.update('DELETE { GRAPH ?g { ?t ?p ?o } } WHERE { GRAPH ?g { ?t dt:thresholdKey "prevent.learn_min_confidence" ; '
-                 '?p ?o } }')
+    store.update('DELETE { GRAPH ?g { ?t ?p ?o } } WHERE { GRAPH ?g { '
+                 '?t dt:thresholdKey "prevent.learn_min_confidence" ; ?p ?o } }')
     _diagnosed(store, "no-floor", "GateInitBias")
     with pytest.raises(LearnError, match="prevent.learn_min_confidence"):
         learn_from_run(store, "no-floor")

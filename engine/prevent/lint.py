@@ -149,16 +149,19 @@ class Linter:
         return {**taken, **(overrides or {})}
 
     def read(self, path: str, *, framework: str = "auto", env: dict[str, str] | None = None,
-             text: str | None = None) -> ConfigDoc:
+             text: str | None = None, version: str | None = None) -> ConfigDoc:
+        """Read a configuration; ``version`` (the release it is linted for) decides release-dependent reading
+        (how Megatron's CI passes MODEL_ARGS values)."""
         with reading(path, _input_error):  # whatever a reader meets fails as unreadable input (kg.input_errors)
-            return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text)
+            return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text,
+                               version=version)
 
     def lint_path(self, path: str, *, framework: str = "auto", version: str | None = None,
                   env: dict[str, str] | None = None, text: str | None = None,
                   only: Collection[str] | None = None) -> LintResult:
         """Lint one file (or ``text`` named ``path``); ``only`` restricts the rules run to those ids."""
         start = time.perf_counter()
-        doc = self.read(path, framework=framework, env=env, text=text)
+        doc = self.read(path, framework=framework, env=env, text=text, version=version)
         with reading(path, _input_error):  # values no rule can hold (a 5,000-digit integer) are unreadable too
             result = self.lint_doc(doc, version=version, only=only)
         result.seconds = time.perf_counter() - start

@@ -24,13 +24,15 @@ _YAML_START = re.compile(r"^\s*(framework|MODEL_ARGS|ENV_VARS|language_model|mod
 
 
 def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str = "auto",
-                env: dict[str, str] | None = None, text: str | None = None) -> ConfigDoc:
+                env: dict[str, str] | None = None, text: str | None = None, version: str | None = None) -> ConfigDoc:
     """Read one configuration; ``text`` (when given) is used instead of the file's content. A configuration
     that names no version but pins its framework's package (``pip install megatron-core==0.12.0``,
     ``"transformers_version": "4.46.3"``) is linted for that version."""
     if text is None:
         text = _read_text(path)
-    doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text)
+    doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text, version=version)
+    if version is not None:
+        return doc
     if doc.version is None:
         doc.version = pinned_version(text, doc.framework)
     if doc.version is None and doc.framework == "megatron":

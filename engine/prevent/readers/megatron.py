@@ -38,9 +38,14 @@ def read_script(text: str, path: str, keys: FrameworkKeys, env: dict[str, str]) 
             doc = ConfigDoc(path, "megatron", "args", env=shell.exported_env())
             parse_args([w for c in commands for w in c.words], keys, doc)
             return doc
-        raise LintInputError(path, "no training command found: expected a command that runs a .py script "
-                                   "(e.g. torchrun ... pretrain_gpt.py --tensor-model-parallel-size 2 ...) "
-                                   "or a list of --arguments")
+        if not commands:
+            raise LintInputError(path, "no training command found: expected a command that runs a .py script "
+                                       "(e.g. torchrun ... pretrain_gpt.py --tensor-model-parallel-size 2 ...) "
+                                       "or a list of --arguments")
+        doc = ConfigDoc(path, "megatron", "launch-script", env=shell.exported_env())
+        doc.skipped["(script)"] = ("runs no .py script with arguments this reader can follow (a helper script, "
+                                   "or a launch built from another file): nothing checked")
+        return doc
     doc = ConfigDoc(path, "megatron", "launch-script", env={**shell.exported_env(), **cmd.env})
     at = next(i for i, w in enumerate(cmd.words) if w.text.endswith(".py"))
     doc.entry_point = cmd.words[at].text

@@ -28,6 +28,7 @@ _SKIP = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "don
 _PREFIX_KEYWORDS = {"then", "do", "else", "{", "!", "time", "exec", "nohup", "command", "builtin"}
 _DECLARE = {"export", "declare", "local", "readonly", "typeset"}
 _EVAL_DEPTH = 4
+_SHELLS = {"bash", "sh", "zsh", "dash"}
 
 
 @dataclass
@@ -177,7 +178,36 @@ class Shell:
         if first in _SKIP or first.startswith(("[", "#")):
             return None
         words = [f for w in raw[k:] for f in self._x.fields(w)]
+        nested = self._nested(words, st)
+        if nested is not None:
+            return nested
         return [Command(words, inline, st.line)] if words else None
+
+    def _nested(self, words: list[Word], st: Statement) -> list[Command] | None:
+        """``bash -c "SCRIPT"`` (also under ``srun``) and ``sbatch <<EOF ... EOF``: the inner script's commands."""
+        if self._depth >= _EVAL_DEPTH:
+            return None
+        text = None
+        for i, w in enumerate(words):
+            if w.text.rsplit("/", 1)[-1] in _SHELLS:
+                j = i + 1
+                while j < len(words) and words[j].text.startswith("-") and "c" not in words[j].text[1:]:
+                    j += 1
+                if j + 1 < len(words) and words[j].text.startswith("-") and "c" in words[j].text[1:]:
+                    text = words[j + 1].text
+                elif j >= len(words) and st.docs:
+                    text = self._stdin(st).text if self._stdin(st) else None
+                break
+        if text is None and words and words[0].text in ("sbatch", "qsub", "bsub") and st.docs:
+            item = self._stdin(st)
+            text = item.text if item else None
+        if text is None:
+            return None
+        self._depth += 1
+        try:
+            return self.run(text)
+        finally:
+            self._depth -= 1
 
     def _declare(self, builtin: str, raw: list[RawWord]) -> None:
         export = builtin == "export"

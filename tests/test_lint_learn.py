@@ -3,6 +3,8 @@ and record the run they came from (docs/lint.md, "Learning rules from solved run
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from debugtune.engine.prevent.learn import LearnError, learn_from_run
@@ -34,19 +36,39 @@ def _diagnosed(store, run_id: str, cause: str) -> None:
                    explanation="confirmed", rank=1)])
 
 
+def _json(moe: bool) -> str:
+    settings = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 128,
+                "max_position_embeddings": 128, "micro_batch_size": 4, "global_batch_size": 4, "lr": 3e-3}
+    if moe:
+        settings |= {"num_experts": 8, "moe_router_topk": 1, "moe_aux_loss_coeff": 1e-2,
+                     "moe_router_enable_expert_bias": False}
+    return json.dumps({"framework": "megatron", "launch": {"world_size": 1}, "settings": settings})
+
+
 def test_a_learned_moe_rule_needs_experts_and_records_its_run(store):
     _diagnosed(store, "router-init", "GateInitBias")
     rule = learn_from_run(store, "router-init")
-    # EnableBiasBalancing's first change (expert bias off) is how the valid Mixtral runs: refused; its next one
-    # (a softmax score) is learned, for configurations with experts only.
-    assert rule.rule_id == "LRN-GateInitBias-moe_router_score_function"
+    # The template kept for the cause: experts with expert-bias balancing stated off, an error, MoE only.
+    assert (rule.rule_id, rule.severity) == ("LRN-GateInitBias", "error")
     assert "cfg:num_experts ?scope_experts" in rule.query
     linter = Linter.from_store(store)
-    assert rule.rule_id not in linter.lint_path("dense.sh", text=DENSE).rule_ids()
-    assert rule.rule_id in linter.lint_path("moe.sh", text=MOE).rule_ids()
+    assert rule.rule_id in linter.lint_path("moe.json", text=_json(moe=True)).rule_ids()
+    assert rule.rule_id not in linter.lint_path("dense.json", text=_json(moe=False)).rule_ids()
+    assert rule.rule_id not in linter.lint_path("moe.sh", text=MOE).rule_ids()  # the default, as Mixtral runs
     rows = store.query(f"""SELECT ?case ?key WHERE {{ GRAPH <{GRAPH_LOCAL}> {{
         ?r dt:ruleId "{rule.rule_id}" ; dt:learnedFromCase ?case ; dt:requiresKey ?key }} }}""").dicts()
     assert rows == [{"case": run_base("router-init"), "key": "num_experts"}]
+
+
+def test_a_refused_change_gives_way_to_the_remedys_next_one(store):
+    _diagnosed(store, "aux-strong", "AuxLossTooStrong")
+    rule = learn_from_run(store, "aux-strong", remedy="EnableBiasBalancing")
+    # Its first change (expert bias off) is how the valid Mixtral runs: refused; the next one (a softmax score)
+    # is learned, for configurations with experts only.
+    assert rule.rule_id == "LRN-AuxLossTooStrong-moe_router_score_function"
+    linter = Linter.from_store(store)
+    assert rule.rule_id not in linter.lint_path("dense.sh", text=DENSE).rule_ids()
+    assert rule.rule_id in linter.lint_path("moe.sh", text=MOE).rule_ids()
 
 
 def test_a_rule_that_fires_on_a_valid_configuration_is_refused(store):

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from debugtune.engine.prevent.errors import LintInputError
 from debugtune.engine.prevent.lint import Linter
 from debugtune.kg import open_store
 from debugtune.kg.knowledge import load_knowledge
@@ -92,7 +93,9 @@ def render(spec: Spec, folder: Path) -> tuple[Path, dict[str, str]]:
             return path, env
         if spec.fmt == "model_args":
             path = folder / f"{spec.name}.yaml"
-            model_args = {f"--{k}": (" ".join(map(str, v)) if isinstance(v, list) else v) for k, v in spec.args.items()}
+            # lists as Megatron's CI writes them: "[a b]" (the runner strips the brackets and splits)
+            model_args = {f"--{k}": ("[" + " ".join(map(str, v)) + "]" if isinstance(v, list) else v)
+                          for k, v in spec.args.items()}
             path.write_text(yaml.safe_dump({"ENV_VARS": spec.env, "TEST_TYPE": "release", "MODEL_ARGS": model_args},
                                            sort_keys=False))
             env.update(WORLD_SIZE=str(spec.world()), GPUS_PER_NODE=str(spec.launch["nproc_per_node"]))
@@ -804,8 +807,53 @@ def mutants(valid: list[Spec], per_op: int, rng: random.Random) -> list[tuple[Sp
 # ---------------------------------------------------------------------------------------------------------
 # The run
 # ---------------------------------------------------------------------------------------------------------
+def real_corpus(linter: Linter, cache: Path) -> dict[str, Any]:
+    """Lint every configuration of the real corpus (bench/lint_corpus.tsv, fetched into ``cache``): a false
+    alarm is a configuration the linter blocks (an error, or unreadable), reported by framework."""
+    from bench.lint_corpus import read_manifest
+
+    by_fw: dict[str, Counter] = defaultdict(Counter)
+    alarms, missing = [], 0
+    for entry in read_manifest():
+        path = entry.local(cache)
+        if not path.is_file():
+            missing += 1
+            continue
+        c = by_fw[entry.framework]
+        c["configs"] += 1
+        where = f"{entry.repo}@{entry.commit[:7]}:{entry.path}"
+        try:
+            result = linter.lint_path(str(path), env=entry.environment(), version=entry.version or None)
+        except LintInputError as err:
+            c["unreadable"] += 1
+            alarms.append((entry.framework, where, [("unreadable", err.detail)]))
+            continue
+        c["warned"] += bool(result.warnings)
+        c["not_checked"] += len(result.unjudged)
+        if result.errors:
+            c["false_alarms"] += 1
+            alarms.append((entry.framework, where, [(v.rule_id, v.message) for v in result.errors]))
+    return {"by_framework": {fw: dict(c) for fw, c in sorted(by_fw.items())}, "false_alarm_list": alarms,
+            "not_fetched": missing}
+
+
+def _print_real(real: dict[str, Any], show: int) -> None:
+    print("real configurations (bench/lint_corpus.tsv):")
+    print(f"  {'framework':10} {'configs':>8} {'false alarms':>13} {'with warnings':>14} {'rules not checked':>18}")
+    for fw, c in real["by_framework"].items():
+        print(f"  {fw:10} {c.get('configs', 0):8d} {c.get('false_alarms', 0) + c.get('unreadable', 0):13d} "
+              f"{c.get('warned', 0):14d} {c.get('not_checked', 0):18d}")
+    if real["not_fetched"]:
+        print(f"  {real['not_fetched']} configurations not fetched (python bench/lint_corpus.py fetch)")
+    for fw, where, what in real["false_alarm_list"][:show]:
+        print(f"  false alarm ({fw}) {where}: {what}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--real-only", action="store_true", help="only the real-configuration corpus")
+    parser.add_argument("--corpus-cache", type=Path, default=None,
+                        help="where bench/lint_corpus.py fetch put the real configurations")
     parser.add_argument("--mutants-per-op", type=int, default=22)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -819,6 +867,19 @@ def main(argv: list[str] | None = None) -> int:
     load_knowledge(store)
     linter = Linter.from_store(store)
     setup = time.perf_counter() - t0
+    from bench.lint_corpus import default_cache
+
+    cache = args.corpus_cache or default_cache()
+    real = real_corpus(linter, cache) if cache.is_dir() else None
+    if args.real_only:
+        if real is None:
+            print(f"no corpus in {cache}: run python bench/lint_corpus.py fetch first", file=sys.stderr)
+            return 2
+        if args.json:
+            print(json.dumps(real, indent=2))
+        else:
+            _print_real(real, args.show_misses)
+        return 0
 
     valid = megatron_valid() + deepspeed_valid() + hf_valid()
     broken = mutants(valid, args.mutants_per_op, rng)
@@ -869,7 +930,8 @@ def main(argv: list[str] | None = None) -> int:
         "setup_s": round(setup, 2), "rules": len(linter.rules),
     }
     if args.json:
-        print(json.dumps({**figures, "misses": misses[:args.show_misses], "false_alarm_list": false_alarms}, indent=2))
+        print(json.dumps({**figures, "misses": misses[:args.show_misses], "false_alarm_list": false_alarms,
+                          "real": real}, indent=2))
         return 0 if not false_alarms else 1
     print(f"lint bench: {len(valid)} valid configurations {figures['valid_by_framework']}, {total} broken ones "
           f"from {len(OPS)} mutation operators, {len(linter.rules)} rules (setup {setup:.1f} s)")
@@ -887,6 +949,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  false alarm {name}: {violations} {errors}")
     for name, op, got, errors in misses[:args.show_misses]:
         print(f"  missed {name} ({op}): linter said {got} {errors}")
+    if real is not None:
+        _print_real(real, args.show_misses)
+    else:
+        print(f"real configurations: none in {cache} (python bench/lint_corpus.py fetch)")
     return 0
 
 

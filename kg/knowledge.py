@@ -69,6 +69,11 @@ def load_knowledge(store: Store, *, force: bool = False,
     return loaded
 
 
+def is_current(store: Store, sources: Sequence[KnowledgeSource] | None = None) -> bool:
+    """Whether the store already holds the ontology and knowledge base as shipped (nothing to load)."""
+    return all(_stored_digest(store, src.graph) == src.digest() for src in sources or default_sources())
+
+
 def _stored_digest(store: Store, graph: str) -> str | None:
     rows = store.query(
         f"SELECT ?h WHERE {{ GRAPH <{graph}> {{ <{graph}> <{DT}contentHash> ?h }} }}", prefixes=False)

@@ -6,9 +6,12 @@ pyoxigraph call: it fully succeeds or changes nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -234,19 +237,41 @@ class Store(ABC):
 
 
 class OxigraphStore(Store):
-    """Embedded Oxigraph: in memory (``path=None``) or RocksDB on disk (``path`` a directory)."""
+    """Embedded Oxigraph: in memory (``path=None``) or RocksDB on disk (``path`` a directory).
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    On disk a store is open read-write by one process at a time (RocksDB's lock); ``read_only`` opens a
+    snapshot beside that writer instead (``pyoxigraph.Store.read_only``), for commands that only read.
+    A writer that finds the lock taken retries for ``wait_s`` seconds and then names the process holding it.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False, wait_s: float = 0.0):
         self.path = None if path is None else Path(path)
+        self.read_only = read_only and path is not None
         self.target = "memory" if path is None else str(self.path)
-        try:
-            self._store = ox.Store() if path is None else ox.Store(str(self.path))
-        except OSError as err:
-            if "LOCK" in str(err):
-                raise StoreLockedError(
-                    f"{self.path}: the store is open read-write in another process (RocksDB lock); "
-                    "close it there or query that process's endpoint instead") from None
-            raise KgError(f"{self.path}: cannot open the store: {err}") from None
+        if path is None:
+            self._store = ox.Store()
+            return
+        if self.read_only:
+            try:
+                self._store = ox.Store.read_only(str(self.path))
+            except OSError as err:
+                raise KgError(f"{self.path}: cannot open the store read-only: {err}") from None
+            return
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        while True:
+            try:
+                self._store = ox.Store(str(self.path))
+                break
+            except OSError as err:
+                if "LOCK" not in str(err) and "lock" not in str(err):
+                    raise KgError(f"{self.path}: cannot open the store: {err}") from None
+                if time.monotonic() >= deadline:
+                    waited = f" after waiting {wait_s:g} s" if wait_s > 0 else ""
+                    raise StoreLockedError(
+                        f"{self.path}: the store is open read-write in {lock_holder(self.path)}{waited} (RocksDB "
+                        "lock); close it there, query that process's endpoint, or use a read-only command") from None
+                time.sleep(0.2)
+        _write_holder(self.path)
 
     @property
     def raw(self) -> ox.Store:
@@ -269,6 +294,7 @@ class OxigraphStore(Store):
             raise sparql_error(text, err, prefixes) from None
 
     def update(self, sparql, *, base_iri=None, prefixes=True):
+        self._writable()
         text = with_prefixes(sparql) if prefixes else sparql
         try:
             with writing():
@@ -276,7 +302,12 @@ class OxigraphStore(Store):
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
+    def _writable(self) -> None:
+        if self.read_only:
+            raise KgError(f"{self.path}: the store is open read-only; this command cannot write to it")
+
     def _load_quads(self, quads, *, bulk):
+        self._writable()
         with writing():
             if bulk and self.path is not None:
                 self._store.bulk_extend(quads)
@@ -287,6 +318,7 @@ class OxigraphStore(Store):
         return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
 
     def clear(self, graph=None):
+        self._writable()
         with writing():
             if graph is None:
                 self._store.clear()
@@ -318,8 +350,56 @@ class OxigraphStore(Store):
     def close(self):
         """Flush and release the store (an on-disk store's lock is freed at once)."""
         if self._store is not None and self.path is not None:
-            self._store.flush()
+            if not self.read_only:
+                self._store.flush()
+                _remove_holder(self.path)
             self._store = None  # dropping the last reference releases the RocksDB lock
+
+
+def _holder_file(path: Path) -> Path:
+    return path.with_name(path.name + ".holder")
+
+
+def _write_holder(path: Path) -> None:
+    """Record which process holds the store read-write, for the message a waiting writer prints."""
+    try:
+        _holder_file(path).write_text(json.dumps({"pid": os.getpid(), "command": " ".join(sys.argv)[:300],
+                                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S")}))
+    except OSError:
+        pass
+
+
+def _remove_holder(path: Path) -> None:
+    try:
+        holder = _holder_file(path)
+        if json.loads(holder.read_text()).get("pid") == os.getpid():
+            holder.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def lock_holder(path: Path) -> str:
+    """The process that holds an on-disk store's lock: from the holder file its opener wrote, else from the
+    open file descriptors in /proc; "another process" when neither tells."""
+    try:
+        info = json.loads(_holder_file(path).read_text())
+        pid = int(info["pid"])
+        if pid == os.getpid():
+            return f"this process (pid {pid})"
+        os.kill(pid, 0)
+        return f"process {pid} ({info.get('command') or 'unknown command'}, since {info.get('since')})"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    lock = str((path / "LOCK").resolve())
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == lock for fd in fd_dir.iterdir()):
+                pid = fd_dir.parent.name
+                cmd = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                return f"process {pid} ({cmd.strip()[:200]})"
+        except OSError:
+            continue
+    return "another process"
 
 
 def _as_items(source: Any) -> list[Any]:

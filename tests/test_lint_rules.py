@@ -77,3 +77,26 @@ def test_version_ranges_select_the_rule_of_the_release():
     assert "MOE006" in old.rule_ids() and "MOE005" not in old.rule_ids()
     assert "MOE005" in new.rule_ids() and "MOE006" not in new.rule_ids()
     assert [v.severity for v in old.violations if v.rule_id == "MOE006"] == ["error"]
+
+
+def test_the_valid_reference_configurations_have_no_errors():
+    """cases/prevention/valid: the configurations learned rules are checked against; no KB rule blocks them."""
+    from debugtune.engine.prevent.learn import VALID_CONFIGS
+
+    paths = sorted(VALID_CONFIGS.iterdir())
+    assert {LINTER.read(str(p)).framework for p in paths} == {"megatron", "deepspeed", "hf"}
+    for path in paths:
+        result = LINTER.lint_path(str(path))
+        assert not result.errors and not result.rule_errors, (path.name, [v.message for v in result.errors])
+
+
+def test_every_key_a_rule_reads_is_a_known_key_by_its_own_name():
+    """A condition that names an alias or a key no release has never matches: the graph uses canonical names."""
+    import re
+
+    for rule in RULES.values():
+        frameworks = ("megatron", "deepspeed", "hf") if rule.framework == "any" else (rule.framework,)
+        for key in set(re.findall(r"cfg:([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])", rule.query)):
+            key = re.sub(r"\.(length|product)$", "", key)
+            assert any(key in LINTER.registry.for_framework(f).keys or
+                       LINTER.registry.for_framework(f).in_open_section(key) for f in frameworks), (rule.rule_id, key)

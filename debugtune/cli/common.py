@@ -21,6 +21,7 @@ from rich.text import Text
 from debugtune import settings
 from debugtune.kg import Store, open_store
 from debugtune.kg.knowledge import load_knowledge
+from debugtune.kg.open import open_for_reading
 
 console = Console()
 err_console = Console(stderr=True)
@@ -37,9 +38,14 @@ WideOption = Annotated[bool, typer.Option(
 
 
 @contextmanager
-def session_store(target: str | None, *, knowledge: bool = True) -> Iterator[Store]:
-    """Open the store for one command, with the ontology and knowledge base loaded (if changed)."""
-    store = open_store(settings.default_store() if target is None else target)
+def session_store(target: str | None, *, knowledge: bool = True, read_only: bool = False) -> Iterator[Store]:
+    """Open the store for one command, with the ontology and knowledge base loaded (if changed).
+
+    ``read_only`` commands (lint, query, report and root-cause of a stored run) open an on-disk store
+    read-only, so they run while another command holds it; a writing command waits for the lock for
+    ``settings.lock_wait_s()`` seconds and then names the process that holds it."""
+    where = settings.default_store() if target is None else target
+    store = open_for_reading(where) if read_only else open_store(where, wait_s=settings.lock_wait_s())
     try:
         if knowledge:
             load_knowledge(store)

@@ -115,7 +115,7 @@ def diagnose_command(
 
 
 def _stored(run_id: str, store: str | None) -> tuple[list[Finding], list[Hypothesis], str]:
-    with session_store(store) as st:
+    with session_store(store, read_only=True) as st:
         findings, hypotheses = read_findings(st, run_id), read_hypotheses(st, run_id)
         target = st.target
     if not findings and not hypotheses:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -28,6 +29,7 @@ from debugtune.engine.prevent.learn import learn_from_run
 from debugtune.engine.prevent.lint import Linter, LintResult
 from debugtune.engine.prevent.rules import PreventionRule
 from debugtune.engine.prevent.sarif import to_sarif
+from debugtune.engine.prevent.unjudged import summary
 from debugtune.engine.prevent.vocab import in_range, parse_version
 from debugtune.kg.namespaces import GRAPH_LOCAL, check_run_id
 
@@ -44,7 +46,12 @@ def lint(
     version: Annotated[str | None, typer.Option(
         "--version", help="Framework version to lint for (e.g. 0.12.0); default: the newest.")] = None,
     env: Annotated[list[str] | None, typer.Option(
-        "--env", help="NAME=VALUE of the launch environment (repeatable), e.g. WORLD_SIZE=64.")] = None,
+        "--env", help="NAME=VALUE of the launch environment (repeatable), e.g. WORLD_SIZE=64; over the launcher "
+                      "variables of the process environment (WORLD_SIZE, NNODES, GPUS_PER_NODE, SLURM_NTASKS, ...).")
+    ] = None,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Fail (exit 1) when an error-level rule could not be checked (e.g. unknown world size).")
+    ] = False,
     sarif: Annotated[bool, typer.Option("--sarif", help="Print SARIF 2.1.0 instead of text.")] = False,
     learn: Annotated[str | None, typer.Option(
         "--learn", metavar="RUN", help="Learn a prevention rule from RUN's confirmed cause first.")] = None,
@@ -86,6 +93,7 @@ def lint(
                 emit_json({"learned": learned.as_dict()})
             return
         fail("give one or more configuration files (or --learn RUN, or --list-rules)")
+    environment = linter.launch_environment(os.environ, environment)
     results, unreadable, texts = [], [], {}
     for path in configs:
         try:
@@ -97,23 +105,23 @@ def lint(
             unreadable.append((err.path, str(err)))
         except LintError as err:
             fail(str(err))
-    code = 2 if unreadable else (1 if any(r.errors for r in results) else 0)
+    code = 2 if unreadable else (1 if any(r.failed(strict) for r in results) else 0)
     if sarif:
-        emit_json(to_sarif(results, linter.rules, version=__version__, unreadable=unreadable))
+        emit_json(to_sarif(results, linter.rules, version=__version__, unreadable=unreadable, strict=strict))
     elif json_out:
         emit_json({"learned": learned.as_dict() if learned else None, "configs": [r.as_dict() for r in results],
                    "unreadable": [{"path": p, "error": m} for p, m in unreadable],
                    "errors": sum(len(r.errors) for r in results), "warnings": sum(len(r.warnings) for r in results),
-                   "exit_code": code})
+                   "not_checked": sum(len(r.unjudged) for r in results), "strict": strict, "exit_code": code})
     else:
         for r in results:
-            _print_result(r)
+            _print_result(r, strict)
             if show_graph:
                 doc = linter.read(r.path, framework=framework, env=environment, text=texts.get(r.path))
                 console.print(linter.graph(doc, version)[1].dump(), markup=False, highlight=False)
         for _, message in unreadable:
             err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-        _print_summary(results, unreadable)
+        _print_summary(results, unreadable, strict)
     raise typer.Exit(code)
 
 
@@ -131,7 +139,7 @@ def _from_store(target: str | None, run: str | None, remedy: str | None,
                 min_confidence: float | None) -> tuple[Linter, PreventionRule | None, str | None]:
     """Learn first (when asked), then read keys and rules; the store is closed when this returns, so a
     failure reported afterwards never keeps an on-disk store locked."""
-    with session_store(target) as st:
+    with session_store(target, read_only=run is None) as st:
         learned = None
         if run:
             try:
@@ -170,7 +178,7 @@ def _list(linter: Linter, framework: str, version: str | None, json_out: bool, w
                title=f"{len(rules)} prevention rules", wide=wide)
 
 
-def _print_result(r: LintResult) -> None:
+def _print_result(r: LintResult, strict: bool) -> None:
     for v in r.violations:
         colour = "red" if v.severity == "error" else "yellow"
         where = f"{r.path}:{v.line}" if v.line else r.path
@@ -183,16 +191,29 @@ def _print_result(r: LintResult) -> None:
         shown = ", ".join(f"{k}={v}" for k, v in r.unresolved.items())
         console.print(f"[dim]{escape(r.path)}: not checked, values from the environment: {escape(shown)} "
                       f"(pass --env NAME=VALUE)[/]", highlight=False)
+    for reason, ids in summary(r.unjudged):
+        failing = strict and any(u.severity == "error" and u.rule_id in ids for u in r.unjudged)
+        colour = "red" if failing else "dim"
+        label = "error: " if failing else ""
+        console.print(f"[{colour}]{escape(r.path)}: {label}{len(ids)} rule{'s' if len(ids) != 1 else ''} not "
+                      f"checked: {escape(reason)} ({', '.join(ids)})[/]", highlight=False)
+    for note in r.notes:
+        console.print(f"[dim]{escape(r.path)}: {escape(note)}[/]", highlight=False)
+    for key, why in r.skipped.items():
+        console.print(f"[dim]{escape(r.path)}: {escape(key)}: {escape(why)}[/]", highlight=False)
     for message in r.rule_errors:
         err_console.print(f"[yellow]rule error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def _print_summary(results: list[LintResult], unreadable: list[tuple[str, str]]) -> None:
+def _print_summary(results: list[LintResult], unreadable: list[tuple[str, str]], strict: bool) -> None:
     errors = sum(len(r.errors) for r in results)
     warnings = sum(len(r.warnings) for r in results)
+    unjudged = sum(len(r.unjudged) for r in results)
     rules = max((r.rules_run for r in results), default=0)
     ms = sum(r.seconds for r in results) * 1000
-    colour = "red" if errors or unreadable else ("yellow" if warnings else "green")
+    failing = any(r.failed(strict) for r in results)
+    colour = "red" if failing or unreadable else ("yellow" if warnings or unjudged else "green")
     tail = f", {len(unreadable)} unreadable" if unreadable else ""
-    console.print(f"[{colour}]{errors} errors, {warnings} warnings[/] in {len(results)} configuration(s){tail} "
-                  f"({rules} rules, {ms:.0f} ms)", highlight=False)
+    checked = f", {unjudged} not checked" if unjudged else ""
+    console.print(f"[{colour}]{errors} errors, {warnings} warnings{checked}[/] in {len(results)} configuration(s)"
+                  f"{tail} ({rules} rules, {ms:.0f} ms)", highlight=False)

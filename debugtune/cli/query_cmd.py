@@ -92,7 +92,7 @@ def query(
         if not text:
             fail("give the SPARQL query as the argument")
         check_sparql(text, bounds=SparqlBounds(services=tuple(allow_service or ())))
-    with session_store(store) as st:
+    with session_store(store, read_only=True) as st:
         if raw_sparql:
             print_result(st.query(text), json_out, wide=wide)
         elif text is None:

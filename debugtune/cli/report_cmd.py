@@ -97,7 +97,9 @@ def report(
     json_out: JsonOption = False,
 ) -> None:
     """Write the diagnosis of a run as one self-contained HTML page (plots, cause chain, remedies, cost)."""
-    with session_store(store) as st, err_console.status("diagnosing and drawing the report", spinner="dots"):
+    stored_run = not Path(run).exists() and not rediagnose  # a stored run's report only reads the store
+    with session_store(store, read_only=stored_run) as st, \
+            err_console.status("diagnosing and drawing the report", spinner="dots"):
         path, summary = write_report(st, run, html=html, card_hour_cost=card_hour_cost, maximize=maximize,
                                      rediagnose=rediagnose)
     if json_out:

@@ -105,7 +105,7 @@ def serve(
             fail(f"--allow-service {iri_text!r} is not an http(s) IRI")
     limits = Limits(query_timeout_s=timeout, max_rows=max_rows, max_body_bytes=int(max_body_mb * 1024 * 1024),
                     workers=workers, services=services, query_memory_mb=query_memory_mb or None)
-    with session_store(store) as st:
+    with session_store(store, read_only=not allow_update) as st:  # other commands may write meanwhile
         app = create_app(st, allow_update=allow_update, token=token, limits=limits)
         url = f"{'https' if tls else 'http'}://{host}:{port}"
         console.print(f"serving {st.target} at {url} (updates "

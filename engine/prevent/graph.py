@@ -46,6 +46,13 @@ def config_triples(checked: CheckedConfig, node: str, framework: str, version: s
            ox.Triple(c, ox.NamedNode(DT + "sourceKind"), ox.Literal(checked.doc.source_kind))]
     if version:
         out.append(ox.Triple(c, ox.NamedNode(DT + "configVersion"), ox.Literal(version)))
+    if checked.doc.entry_point:
+        out.append(ox.Triple(c, ox.NamedNode(DT + "entryPoint"), ox.Literal(checked.doc.entry_point)))
+    if checked.entry_point is not None:
+        out.append(ox.Triple(c, ox.NamedNode(DT + "entryPointExtendsParser"), literal(checked.entry_point.extends)))
+    mode = checked.doc.mode or (checked.entry_point.mode if checked.entry_point is not None else None)
+    if mode:
+        out.append(ox.Triple(c, ox.NamedNode(DT + "launchMode"), ox.Literal(mode)))
     given = ox.NamedNode(DT + "givenKey")
     for key, value in checked.values.items():
         if is_graph_key(key):

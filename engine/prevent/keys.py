@@ -14,7 +14,7 @@ from debugtune.kg.namespaces import DT
 from debugtune.kg.results import to_python
 from debugtune.kg.store import Store
 
-from .vocab import ANY, FRAMEWORKS
+from .vocab import ANY, FRAMEWORKS, parse_version
 
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
                "on": True, "off": False}
@@ -40,6 +40,11 @@ class KeySpec:
     derived: bool = False
     min_version: str | None = None
     max_version: str | None = None
+    groups: tuple[str, ...] = ()
+    """The providers (``file:function`` passed as extra_args_provider) that add this key to the parser;
+    empty for the framework's own keys."""
+    optional_value: bool = False
+    """The option may be given without a value (argparse ``nargs='?'`` or ``'*'``)."""
 
     def expected(self) -> str:
         """What the key accepts, for messages."""
@@ -126,6 +131,20 @@ def guess_scalar(raw: Any) -> Any:
     return raw
 
 
+@dataclass(frozen=True)
+class EntryPoint:
+    """A training script of a framework, and whether it extends the argument parser."""
+
+    path: str
+    framework: str
+    extends: bool
+    groups: tuple[str, ...] = ()
+    mode: str = "training"
+
+    def matches(self, script: str) -> bool:
+        return script == self.path or script.endswith("/" + self.path)
+
+
 @dataclass
 class FrameworkKeys:
     """The keys one framework accepts (its own plus the launch-context keys of framework "any")."""
@@ -134,7 +153,12 @@ class FrameworkKeys:
     keys: dict[str, KeySpec]
     aliases: dict[str, str] = field(default_factory=dict)
     options: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Command-line option → (key, "value" | "true" | "false")."""
+    """Command-line option → (key, "value" | "true" | "false") of the newest release that has the option."""
+    candidates: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    """Command-line option → every (key, kind) it has meant, newest first (an option whose dest changed)."""
+    entry_points: tuple[EntryPoint, ...] = ()
+    launch_variables: frozenset[str] = frozenset()
+    """Environment variables of the launch topology (dt:LaunchVariable)."""
 
     def __post_init__(self) -> None:
         for spec in self.keys.values():
@@ -142,8 +166,23 @@ class FrameworkKeys:
                 self.aliases[a] = spec.key
             for kind, opts in (("value", spec.options), ("true", spec.true_flags), ("false", spec.false_flags)):
                 for o in opts:
-                    self.options[o] = (spec.key, kind)
+                    self.candidates.setdefault(o, []).append((spec.key, kind))
+        for o, found in self.candidates.items():
+            found.sort(key=lambda kk: _recency(self.keys[kk[0]]), reverse=True)
+            self.options[o] = found[0]
         self._open = tuple(k + "." for k, s in self.keys.items() if s.open_section)
+
+    def entry_point(self, script: str | None) -> EntryPoint | None:
+        """The known training script ``script`` runs (None when unknown or ambiguous)."""
+        if not script:
+            return None
+        found = [e for e in self.entry_points if e.matches(script)]
+        if not found:
+            base = script.rsplit("/", 1)[-1]
+            found = [e for e in self.entry_points if e.path.rsplit("/", 1)[-1] == base]
+            if len({(e.extends, e.groups) for e in found}) > 1:
+                return None
+        return max(found, key=lambda e: len(e.path)) if found else None
 
     def lookup(self, key: str) -> KeySpec | None:
         """The spec of ``key`` or of the key it is an alias of."""
@@ -165,14 +204,22 @@ class FrameworkKeys:
         return found[0] if found else None
 
 
-class KeyRegistry:
-    """All known keys, by framework."""
+def _recency(spec: KeySpec) -> tuple[int, tuple[int, int, int]]:
+    """Sort key: a key the newest release still accepts first, then the one introduced last."""
+    return (spec.max_version is None, parse_version(spec.max_version or spec.min_version) or (0, 0, 0))
 
-    def __init__(self, specs: Iterable[KeySpec]):
+
+class KeyRegistry:
+    """All known keys, by framework, with the frameworks' training scripts and the launchers' variables."""
+
+    def __init__(self, specs: Iterable[KeySpec], entry_points: Iterable[EntryPoint] = (),
+                 launch_variables: Iterable[str] = ()):
         self._by_fw: dict[str, dict[str, KeySpec]] = defaultdict(dict)
         for s in specs:
             self._by_fw[s.framework][s.key] = s
         self._views: dict[str, FrameworkKeys] = {}
+        self.entry_points = tuple(entry_points)
+        self.launch_variables = tuple(sorted(set(launch_variables)))
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._by_fw.values())
@@ -181,7 +228,9 @@ class KeyRegistry:
         """The keys of ``framework`` merged with the context keys every framework accepts."""
         if framework not in self._views:
             merged = {**self._by_fw.get(ANY, {}), **self._by_fw.get(framework, {})}
-            self._views[framework] = FrameworkKeys(framework, merged)
+            eps = tuple(e for e in self.entry_points if e.framework == framework)
+            self._views[framework] = FrameworkKeys(framework, merged, entry_points=eps,
+                                                   launch_variables=frozenset(self.launch_variables))
         return self._views[framework]
 
     def frameworks_knowing(self, key: str) -> list[str]:
@@ -195,7 +244,15 @@ class KeyRegistry:
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
             props[k.value][p.value].append(to_python(o))
-        return cls(_spec(v) for v in props.values() if v.get(DT + "key"))
+        eps = store.query("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
+            ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
+            OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } }
+            GROUP BY ?e ?path ?fw ?ext ?mode""").dicts()
+        entry_points = [EntryPoint(str(r["path"]), str(r["fw"]), bool(r["ext"]),
+                                   tuple(sorted(filter(None, str(r["groups"] or "").split("\n")))),
+                                   str(r["mode"] or "training")) for r in eps]
+        variables = store.query("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
+        return cls((_spec(v) for v in props.values() if v.get(DT + "key")), entry_points, map(str, variables))
 
 
 def _spec(p: dict[str, list[Any]]) -> KeySpec:
@@ -211,4 +268,5 @@ def _spec(p: dict[str, list[Any]]) -> KeySpec:
         item_type=one("itemType"), defaults=many("defaultValue"), choices=tuple(str(c) for c in many("choice")),
         options=many("option"), true_flags=many("trueFlag"), false_flags=many("falseFlag"), aliases=many("keyAlias"),
         open_section=bool(one("openSection")), derived=bool(one("derived")),
-        min_version=one("minVersion"), max_version=one("maxVersion"))
+        min_version=one("minVersion"), max_version=one("maxVersion"), groups=many("keyGroup"),
+        optional_value=bool(one("optionalValue")))

@@ -15,8 +15,10 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from debugtune import cases
 from debugtune.kg.assertions import read_hypotheses
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import DCT, DT, GRAPH_LOCAL, KB, SKOS, local_name, run_base
@@ -52,6 +54,25 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """The context a learned rule needs: its causes, a key pattern, and per framework a condition, the key
+    it tests and the settings that put an example in the scope."""
+
+    iri: str
+    causes: frozenset[str]
+    key_pattern: str | None
+    conditions: dict[str, tuple[str, str, str]]
+    """framework → (SPARQL pattern, key, YAML settings for the examples)."""
+
+    def covers(self, cause: str, key: str) -> bool:
+        return cause in self.causes or bool(self.key_pattern and re.search(self.key_pattern, key))
+
+
+VALID_CONFIGS = Path(cases.HERE) / "prevention" / "valid"
+"""Complete configurations known to be valid: a learned rule that fires on one of them is refused."""
+
+
+@dataclass(frozen=True)
 class Template:
     iri: str
     fields: dict[str, str]
@@ -68,19 +89,49 @@ def learn_from_run(store: Store, run_id: str, *, remedy: str | None = None,
     if not hypotheses:
         raise LearnError(f"run {run_id}: no hypotheses in the store; run `cann-debug root-cause {run_id}` first")
     top = hypotheses[0]
-    floor = min_confidence if min_confidence is not None else \
-        thresholds(store).get("prevent.learn_min_confidence", 0.5)
+    floor = min_confidence if min_confidence is not None else _min_confidence(store)
     if top.confidence < floor:
         raise LearnError(f"run {run_id}: the top hypothesis {top.cause} has confidence {top.confidence:.2f} "
                          f"< {floor:.2f}; it is not a confirmed cause")
     registry = KeyRegistry.from_store(store)
-    templates = _templates(store)
-    change, template = _choose(store, top, remedy, templates, registry)
-    rule, triples = _instantiate(template, change, top, run_id, registry)
-    _verify(rule, registry, store)
+    candidates, reasons = _candidates(store, top, remedy, _templates(store), registry)
+    scopes = _scopes(store)
+    for change, template in candidates:
+        rule, triples = _instantiate(template, change, top, run_id, registry, scopes)
+        try:
+            _verify(rule, registry, store)
+        except LearnError as err:
+            reasons.append(str(err))
+            continue
+        break
+    else:
+        raise LearnError(f"no usable config change for {top.cause}: " + "; ".join(reasons))
     store.update(f"DELETE WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ {iri(rule.iri)} ?p ?o }} }} ;\n"
                  f"INSERT DATA {{ GRAPH {iri(GRAPH_LOCAL)} {{\n{triples}}} }}")
     return rule
+
+
+def _min_confidence(store: Store) -> float:
+    """``prevent.learn_min_confidence`` of the knowledge base (templates.ttl): required, no default here."""
+    found = thresholds(store).get("prevent.learn_min_confidence")
+    if found is None:
+        raise LearnError("the knowledge base has no dt:Threshold prevent.learn_min_confidence "
+                         "(cases/prevention/templates.ttl); load it or pass --min-confidence")
+    return found
+
+
+def _scopes(store: Store) -> list[Scope]:
+    rows = store.query("""SELECT ?s ?pattern ?fw ?cond ?key ?ex WHERE {
+        ?s a dt:RuleScope ; dt:scopeCondition ?n . ?n dt:framework ?fw ; dt:pattern ?cond ; dt:scopeKey ?key ;
+           dt:exampleSettings ?ex . OPTIONAL { ?s dt:scopeKeyPattern ?pattern } }""").dicts()
+    causes = defaultdict(set)
+    for r in store.query("SELECT ?s ?c WHERE { ?s a dt:RuleScope ; dt:scopeCause ?c }").dicts():
+        causes[r["s"]].add(local_name(r["c"]))
+    out: dict[str, Scope] = {}
+    for r in rows:
+        scope = out.setdefault(r["s"], Scope(r["s"], frozenset(causes[r["s"]]), r["pattern"], {}))
+        scope.conditions[str(r["fw"])] = (str(r["cond"]), str(r["key"]), str(r["ex"]))
+    return [out[k] for k in sorted(out)]
 
 
 def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
@@ -119,16 +170,16 @@ def _templates(store: Store) -> list[Template]:
     return out
 
 
-def _choose(store: Store, top: Hypothesis, remedy: str | None, templates: list[Template],
-            registry: KeyRegistry) -> tuple[Change, Template]:
+def _candidates(store: Store, top: Hypothesis, remedy: str | None, templates: list[Template],
+                registry: KeyRegistry) -> tuple[list[tuple[Change, Template]], list[str]]:
+    """Usable (change, template) pairs, best first (a template kept for the cause, then by the remedy's
+    effectiveness), and why the other changes are not usable."""
     changes = _changes(store, top.cause, remedy)
     if not changes:
         raise LearnError(f"no remedy of {top.cause} makes a config change; nothing to learn")
-    for_cause = [t for t in templates if t.cause == top.cause]
-    for t in for_cause:
-        for c in changes:
-            if t.key in (None, c.key):
-                return c, t
+    out: list[tuple[Change, Template]] = []
+    for t in (t for t in templates if t.cause == top.cause):
+        out += [(c, t) for c in changes if t.key in (None, c.key)]
     reasons = []
     for c in changes:
         shape, why = change_shape(c, registry)
@@ -137,9 +188,10 @@ def _choose(store: Store, top: Hypothesis, remedy: str | None, templates: list[T
             continue
         found = next((t for t in templates if t.shape == shape), None)
         if found is not None:
-            return c, found
-        reasons.append(f"{c.remedy}: no template for a change of shape {shape}")
-    raise LearnError(f"no usable config change for {top.cause}: " + "; ".join(reasons))
+            out.append((c, found))
+        else:
+            reasons.append(f"{c.remedy}: no template for a change of shape {shape}")
+    return out, reasons
 
 
 def change_shape(c: Change, registry: KeyRegistry) -> tuple[str | None, str]:
@@ -160,10 +212,11 @@ def change_shape(c: Change, registry: KeyRegistry) -> tuple[str | None, str]:
     return "set", ""
 
 
-def _instantiate(t: Template, c: Change, top: Hypothesis, run_id: str,
-                 registry: KeyRegistry) -> tuple[PreventionRule, str]:
+def _instantiate(t: Template, c: Change, top: Hypothesis, run_id: str, registry: KeyRegistry,
+                 scopes: list[Scope]) -> tuple[PreventionRule, str]:
     known = registry.frameworks_knowing(c.key)
     framework = t.fields["framework"] if t.fields["framework"] not in ("", ANY) else (known[0] if known else ANY)
+    conditions = [s.conditions[framework] for s in scopes if s.covers(top.cause, c.key) and framework in s.conditions]
     values = {"key": c.key, "from": _sparql(c.old), "to": _sparql(c.new), "from_yaml": _yaml(c.old),
               "to_yaml": _yaml(c.new), "framework": framework, "cause": top.cause, "remedy": c.remedy, "run": run_id}
     human = {**values, "from": str(c.old), "to": c.new}
@@ -175,21 +228,45 @@ def _instantiate(t: Template, c: Change, top: Hypothesis, run_id: str,
     rule = PreventionRule(
         iri=LEARNED_BASE + re.sub(r"[^A-Za-z0-9_.-]", "_", rule_id), rule_id=rule_id,
         severity=t.fields["ruleSeverity"] or "warning", message=fill("messageTemplate", human),
-        fix=fill("fixTemplate", human), framework=framework, query=fill("queryTemplate", values),
+        fix=fill("fixTemplate", human), framework=framework,
+        query=_scoped(fill("queryTemplate", values), [p for p, _, _ in conditions]),
         label=t.fields["label"], error_class=t.fields["errorClass"],
         sources=tuple(sorted({KB + c.remedy, run_base(run_id), *t.sources})), prevents=(top.cause,),
         learned_from=f"{run_base(run_id)}hypothesis/{top.rank}",
-        violating=(fill("exampleViolating", values),), passing=(fill("examplePassing", values),))
-    return rule, _rule_triples(rule, t.iri)
+        violating=(_in_scope(fill("exampleViolating", values), [x for _, _, x in conditions]),),
+        passing=(_in_scope(fill("examplePassing", values), [x for _, _, x in conditions]),))
+    return rule, _rule_triples(rule, t.iri, run_base(run_id), [k for _, k, _ in conditions])
 
 
-def _rule_triples(r: PreventionRule, template: str) -> str:
+def _scoped(query: str, patterns: list[str]) -> str:
+    """The condition with the scope patterns put first in its WHERE (or ASK) group."""
+    if not patterns:
+        return query
+    m = re.search(r"(WHERE|ASK)\s*\{", query, re.I)
+    if m is None:
+        raise LearnError(f"a template condition without a WHERE or ASK group: {query[:80]}")
+    return query[:m.end()] + " " + " ".join(patterns) + " " + query[m.end():]
+
+
+def _in_scope(example: str, settings: list[str]) -> str:
+    """An example (our YAML with a settings: section) with the scope's settings added to it."""
+    if not settings:
+        return example
+    if "\nsettings:\n" not in example:
+        raise LearnError("a template example without a settings: section cannot be put in the rule's scope")
+    lines = "".join(f"  {s}\n" for s in settings)
+    return example.replace("\nsettings:\n", "\nsettings:\n" + lines, 1)
+
+
+def _rule_triples(r: PreventionRule, template: str, run: str, scope_keys: list[str]) -> str:
     pairs = [("a", "dt:PreventionRule"), ("dt:ruleId", literal(r.rule_id)), ("dt:ruleSeverity", literal(r.severity)),
              ("dt:message", literal(r.message)), ("dt:fix", literal(r.fix)), ("dt:framework", literal(r.framework)),
              ("dt:askQuery", literal(r.query)), ("dt:errorClass", literal(r.error_class)),
              ("skos:prefLabel", literal(r.label) + "@en"), ("dt:learnedFrom", iri(r.learned_from or "")),
              ("prov:wasDerivedFrom", iri(template)), ("dt:preventsCause", iri(KB + r.prevents[0])),
-             ("prov:generatedAtTime", literal(datetime.now(UTC).isoformat()) + "^^xsd:dateTime")]
+             ("prov:generatedAtTime", literal(datetime.now(UTC).isoformat()) + "^^xsd:dateTime"),
+             ("dt:learnedFromCase", iri(run))]
+    pairs += [("dt:requiresKey", literal(k)) for k in scope_keys]
     pairs += [("dct:source", iri(s)) for s in r.sources]
     pairs += [("dt:exampleViolating", literal(x)) for x in r.violating]
     pairs += [("dt:examplePassing", literal(x)) for x in r.passing]
@@ -197,7 +274,9 @@ def _rule_triples(r: PreventionRule, template: str) -> str:
 
 
 def _verify(rule: PreventionRule, registry: KeyRegistry, store: Store) -> None:
-    """The rule must parse, fire on its violating example and stay quiet on its passing one."""
+    """The rule must parse, fire on its violating example, stay quiet on its passing one, and stay quiet on
+    every valid configuration of its framework (cases/prevention/valid): a rule that would flag a known-good
+    launch is refused with the configuration it flags."""
     linter = Linter(registry, [rule], load_derivations(store))
     for text, expected in ((rule.violating[0], True), (rule.passing[0], False)):
         result = linter.lint_path(f"<{rule.rule_id} example>", text=text, only={rule.rule_id})
@@ -206,6 +285,15 @@ def _verify(rule: PreventionRule, registry: KeyRegistry, store: Store) -> None:
         if (rule.rule_id in result.rule_ids()) != expected:
             raise LearnError(f"learned rule {rule.rule_id} {'misses' if expected else 'flags'} its "
                              f"{'violating' if expected else 'passing'} example:\n{text}")
+    for path in sorted(VALID_CONFIGS.iterdir()):
+        doc = linter.read(str(path))
+        if rule.framework not in (doc.framework, ANY):
+            continue
+        result = linter.lint_doc(doc, only={rule.rule_id})
+        hits = [v for v in result.violations if v.rule_id == rule.rule_id]
+        if hits:
+            raise LearnError(f"learned rule {rule.rule_id} is refused: it fires on the valid configuration "
+                             f"{path.name} ({hits[0].message})")
 
 
 def _sparql(value: str | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from .keys import KeyRegistry
 from .readers.dispatch import read_config
 from .rules import DerivationRule, PreventionRule, load_derivations, load_rules
 from .schema import CheckedConfig, check
+from .unjudged import Unjudged, derivation, given_keys, hidden_reason, negated_keys, not_judged, unknown_keys
 from .vocab import CONFIG_BASE, format_version, parse_version, variable_name
 
 _PLACEHOLDER = re.compile(r"\{\?([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -78,10 +79,19 @@ class LintResult:
     rule_errors: list[str] = field(default_factory=list)
     rules_run: int = 0
     seconds: float = 0.0
+    unjudged: list[Unjudged] = field(default_factory=list)
+    """Rules that could not be judged (a key they need is unknown), with why."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    entry_point: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def errors(self) -> list[Violation]:
         return [v for v in self.violations if v.severity == "error"]
+
+    def failed(self, strict: bool = False) -> bool:
+        """Whether this configuration fails the lint: an error, or with ``strict`` an unjudged error-level rule."""
+        return bool(self.errors) or (strict and any(u.severity == "error" for u in self.unjudged))
 
     @property
     def warnings(self) -> list[Violation]:
@@ -94,6 +104,8 @@ class LintResult:
         return {"path": self.path, "framework": self.framework, "version": self.version,
                 "source_kind": self.source_kind, "errors": len(self.errors), "warnings": len(self.warnings),
                 "violations": [v.as_dict() for v in self.violations], "unresolved": self.unresolved,
+                "not_checked": len(self.unjudged), "unjudged": [u.as_dict() for u in self.unjudged],
+                "skipped": self.skipped, "entry_point": self.entry_point, "notes": self.notes,
                 "rule_errors": self.rule_errors, "rules_run": self.rules_run, "seconds": round(self.seconds, 4)}
 
 
@@ -116,23 +128,40 @@ class Linter:
         texts = [r.query for r in self.rules] + [d.update for d in self.derivations]
         self.read_keys = {re.sub(r"\.(length|product)$", "", k) for t in texts for k in _KEY_REF.findall(t)}
         """The keys some rule or derivation reads: only their defaults go into a config graph."""
+        self.env_names = {n for t in texts for n in _ENV_REF.findall(t)} | set(registry.launch_variables)
+        """Environment variables some rule or derivation reads, and the launchers' own: the ones a lint takes
+        from the process environment (``launch_environment``)."""
+        self._derived = {d.framework: [] for d in self.derivations}
+        for d in self.derivations:
+            self._derived[d.framework].append(derivation(d.update, d.derives))
 
     @classmethod
     def from_store(cls, store: Store) -> Linter:
         """Everything the linter needs from the store: known keys, prevention rules (KB and learned), derivations."""
         return cls(KeyRegistry.from_store(store), load_rules(store), load_derivations(store))
 
+    def launch_environment(self, process: Mapping[str, str], overrides: Mapping[str, str] | None = None
+                           ) -> dict[str, str]:
+        """The launch environment of a lint: the variables of the process environment that the rules and
+        the launchers use (``WORLD_SIZE``, ``NNODES``, ``GPUS_PER_NODE``, ``SLURM_NTASKS``, ...), then
+        ``overrides`` (``--env``) over them."""
+        taken = {k: v for k, v in process.items() if k in self.env_names}
+        return {**taken, **(overrides or {})}
+
     def read(self, path: str, *, framework: str = "auto", env: dict[str, str] | None = None,
-             text: str | None = None) -> ConfigDoc:
+             text: str | None = None, version: str | None = None) -> ConfigDoc:
+        """Read a configuration; ``version`` (the release it is linted for) decides release-dependent reading
+        (how Megatron's CI passes MODEL_ARGS values)."""
         with reading(path, _input_error):  # whatever a reader meets fails as unreadable input (kg.input_errors)
-            return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text)
+            return read_config(path, keys_for=self.registry.for_framework, framework=framework, env=env, text=text,
+                               version=version)
 
     def lint_path(self, path: str, *, framework: str = "auto", version: str | None = None,
                   env: dict[str, str] | None = None, text: str | None = None,
                   only: Collection[str] | None = None) -> LintResult:
         """Lint one file (or ``text`` named ``path``); ``only`` restricts the rules run to those ids."""
         start = time.perf_counter()
-        doc = self.read(path, framework=framework, env=env, text=text)
+        doc = self.read(path, framework=framework, env=env, text=text, version=version)
         with reading(path, _input_error):  # values no rule can hold (a 5,000-digit integer) are unreadable too
             result = self.lint_doc(doc, version=version, only=only)
         result.seconds = time.perf_counter() - start
@@ -163,10 +192,16 @@ class Linter:
         checked, graph, errors = self.graph(doc, version)
         v = parse_version(version or doc.version)
         result = LintResult(doc.path, doc.framework, format_version(v), doc.source_kind,
-                            unresolved=dict(doc.unresolved), rule_errors=errors)
+                            unresolved=dict(doc.unresolved), rule_errors=errors, skipped=dict(doc.skipped),
+                            entry_point=doc.entry_point, notes=list(doc.notes))
         values = graph.settings()
         keymap = {variable_name(k): k for k in values}
-        for rule in self.rules:
+        derived = self._derived.get(doc.framework, []) + self._derived.get("any", [])
+        unknown = unknown_keys(doc, values, derived)
+        given = given_keys(checked.origin, derived) if doc.hidden_args else set()
+        if not doc.settings and not doc.issues:
+            result.skipped.setdefault("(configuration)", "no settings to check")
+        for rule in self.rules if doc.settings or doc.issues else ():
             if not rule.applies(doc.framework, v) or (only is not None and rule.rule_id not in only):
                 continue
             result.rules_run += 1
@@ -177,7 +212,20 @@ class Linter:
                 continue
             rows = ([{}] if answer else []) if isinstance(answer, bool) else answer
             for row in rows:
-                result.violations.append(self._violation(rule, row, checked, keymap, values))
+                found = self._violation(rule, row, checked, keymap, values)
+                if doc.hidden_args:
+                    involved = {k.key for k in found.keys if k.origin != "issue"} | negated_keys(rule.query)
+                    lacking = sorted(k for k in involved if k not in given)
+                    if lacking:
+                        if not any(u.rule_id == rule.rule_id for u in result.unjudged):
+                            result.unjudged.append(Unjudged(rule.rule_id, rule.severity, tuple(lacking),
+                                                            hidden_reason(doc.hidden_args)))
+                        continue
+                result.violations.append(found)
+            if not rows and unknown:
+                missing = not_judged(rule.rule_id, rule.severity, rule.query, values, unknown)
+                if missing is not None:
+                    result.unjudged.append(missing)
         result.violations.sort(key=lambda x: (x.severity != "error", x.rule_id, x.line or 0))
         result.seconds = time.perf_counter() - start
         return result
@@ -225,6 +273,7 @@ def _fill(template: str, row: dict[str, Any]) -> str:
 
 
 _KEY_REF = re.compile(r"cfg:([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])")
+_ENV_REF = re.compile(r"env:([A-Za-z_][A-Za-z0-9_]*)")
 _VAR_PATTERN = re.compile(r"cfg:([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])\s+\?([A-Za-z_][A-Za-z0-9_]*)")
 _CONST_PATTERN = re.compile(
     r'cfg:([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])\s+(true|false|-?\d+(?:\.\d+)?(?:[eE]-?\d+)?|"[^"]*")')

@@ -53,6 +53,8 @@ class DerivationRule:
     position: int
     update: str
     label: str = ""
+    derives: tuple[str, ...] = ()
+    """The keys it adds, when its INSERT template does not name them (``dt:derivesKey``)."""
 
 
 def _by_subject(store: Store, cls: str) -> dict[str, dict[str, list[Any]]]:
@@ -99,5 +101,6 @@ def load_derivations(store: Store) -> list[DerivationRule]:
             continue
         out.append(DerivationRule(iri=iri, framework=str((p.get(DT + "framework") or [ANY])[0]),
                                   position=int((p.get(DT + "position") or [0])[0]), update=str(update[0]),
-                                  label=str((p.get(SKOS + "prefLabel") or [""])[0])))
+                                  label=str((p.get(SKOS + "prefLabel") or [""])[0]),
+                                  derives=tuple(sorted(map(str, p.get(DT + "derivesKey", []))))))
     return sorted(out, key=lambda d: (d.position, d.iri))

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from .lint import LintResult, Violation
 from .rules import PreventionRule
+from .unjudged import Unjudged
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "debugtune-lint"
@@ -16,13 +17,17 @@ INFO_URI = "https://w3id.org/debugtune"
 
 
 def to_sarif(results: Sequence[LintResult], rules: Sequence[PreventionRule], *, version: str,
-             unreadable: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
-    """A SARIF log: every violation a result with rule id, level, message (with the fix) and location."""
+             unreadable: Sequence[tuple[str, str]] = (), strict: bool = False) -> dict[str, Any]:
+    """A SARIF log: every violation a result with rule id, level, message (with the fix) and location; every
+    rule that could not be judged a result of kind ``open`` (level ``none``, or ``error`` for an error-level
+    rule under ``strict``) that says why."""
     by_id = {r.rule_id: r for r in rules}
-    fired = sorted({v.rule_id for r in results for v in r.violations})
+    fired = sorted({v.rule_id for r in results for v in r.violations}
+                   | {u.rule_id for r in results for u in r.unjudged})
     index = {rid: i for i, rid in enumerate(fired)}
     descriptors = [_descriptor(rid, by_id.get(rid)) for rid in fired]
     sarif_results = [_result(v, index[v.rule_id]) for r in results for v in r.violations]
+    sarif_results += [_open(u, r.path, index[u.rule_id], strict) for r in results for u in r.unjudged]
     notifications = [{"level": "error", "message": {"text": message},
                       "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(path)}}}]}
                      for path, message in unreadable]
@@ -66,6 +71,16 @@ def _result(v: Violation, rule_index: int) -> dict[str, Any]:
         "ruleId": v.rule_id, "ruleIndex": rule_index, "level": _level(v.severity), "message": {"text": text},
         "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(v.path)}, "region": region}}],
         "properties": {"keys": [k.as_dict() for k in v.keys], "fix": v.fix, "errorClass": v.error_class},
+    }
+
+
+def _open(u: Unjudged, path: str, rule_index: int, strict: bool) -> dict[str, Any]:
+    return {
+        "ruleId": u.rule_id, "ruleIndex": rule_index, "kind": "open",
+        "level": "error" if strict and u.severity == "error" else "none",
+        "message": {"text": f"not checked: {u.reason}"},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(path)}}}],
+        "properties": {"keys": list(u.keys), "reason": u.reason, "severity": u.severity},
     }
 
 

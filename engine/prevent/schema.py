@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .document import ConfigDoc, KeyIssue
-from .keys import FrameworkKeys, KeySpec, guess_scalar
-from .vocab import Version, format_version, in_range
+from .keys import EntryPoint, FrameworkKeys, KeySpec, guess_scalar
+from .vocab import Version, format_version, in_range, parse_version
 
 
 @dataclass
@@ -24,18 +24,36 @@ class CheckedConfig:
     origin: dict[str, str] = field(default_factory=dict)
     """key → "set" (written in the file), "default" (the framework's default) or "derived"."""
     issues: list[KeyIssue] = field(default_factory=list)
+    entry_point: EntryPoint | None = None
+    """The known training script the launch runs (None: no script, or one the knowledge base does not know)."""
 
 
 def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
           defaults_for: Collection[str] | None = None) -> CheckedConfig:
     """Type every setting, collect issues, and add the defaults of keys that were not set (of the keys in
     ``defaults_for`` only, when given: the keys some rule or derivation reads)."""
-    out = CheckedConfig(doc, issues=list(doc.issues))
+    out = CheckedConfig(doc, issues=list(doc.issues), entry_point=keys.entry_point(doc.entry_point))
     allow_auto = doc.framework in ("deepspeed", "hf")
     for name, raw in doc.settings.items():
         line = doc.lines.get(name)
         key = keys.canonical(name)
         spec = keys.lookup(name)
+        if spec is not None and not spec.derived and not in_range(version, spec.min_version, spec.max_version):
+            switched = _meaning_in(keys, doc.options.get(name), version, raw)
+            if switched is not None:
+                spec, raw = switched
+                key = spec.key
+        if spec is not None and spec.groups and not _group_accepted(spec, doc, out.entry_point):
+            option = doc.options.get(name, name)
+            out.issues.append(KeyIssue("unknown", option, _text(raw), "added by " + ", ".join(spec.groups),
+                                       line=line))
+            continue
+        if spec is not None and spec.groups and out.entry_point is None:
+            # A key some training script adds, in a launch whose script we do not know: that script may
+            # define it differently (type, choices), so only its presence is recorded.
+            out.values[key] = raw if isinstance(raw, (str, int, float, bool)) else _text(raw)
+            out.origin[key] = "set"
+            continue
         if spec is None:
             if keys.in_open_section(name):
                 out.values[name] = guess_scalar(raw) if not isinstance(raw, (list, dict)) else raw
@@ -48,6 +66,9 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
             out.issues.append(_version_issue(spec, raw, version, line))
             if version is not None:
                 continue
+        elif doc.version_inferred and spec.max_version and not spec.derived:
+            out.issues.append(KeyIssue("removed-later", spec.key, _text(raw), f"removed in {spec.max_version}",
+                                       line=line))
         if name in doc.unresolved:
             if spec.value_type == "str" or (spec.value_type == "list" and spec.item_type == "str"):
                 out.values[key] = doc.unresolved[name]
@@ -74,6 +95,53 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
         out.values[key] = list(spec.defaults) if spec.value_type == "list" else spec.defaults[0]
         out.origin[key] = "default"
     return out
+
+
+def _meaning_in(keys: FrameworkKeys, option: str | None, version: Version | None,
+                raw: Any) -> tuple[KeySpec, Any] | None:
+    """The key an option means in ``version`` when its dest changed between releases (``--norm-epsilon``:
+    ``norm_epsilon`` before 0.16, ``layernorm_epsilon`` from 0.16), with the value it then has."""
+    for key, kind in keys.candidates.get(option or "", []):
+        spec = keys.keys[key]
+        if in_range(version, spec.min_version, spec.max_version):
+            return spec, (raw if kind == "value" else kind == "true")
+    return None
+
+
+def _group_accepted(spec: KeySpec, doc: ConfigDoc, entry: EntryPoint | None) -> bool:
+    """A key a training script adds is accepted when the launch runs that script, or one we do not know."""
+    return doc.entry_point is None or entry is None or bool(set(spec.groups) & set(entry.groups))
+
+
+def infer_version(doc: ConfigDoc, keys: FrameworkKeys) -> tuple[str, str] | None:
+    """For a configuration that names no release but uses keys the newest release no longer has: the newest
+    release that accepts every key it sets, and why (None when the newest accepts them all, or when no
+    release accepts them all — then the newest is linted and the removed keys are errors)."""
+    ranges = []
+    for name in doc.settings:
+        specs = [keys.keys[k] for k, _ in keys.candidates.get(doc.options.get(name, ""), [])] or \
+            [s for s in [keys.lookup(name)] if s is not None]
+        specs = [s for s in specs if not s.derived]
+        if not specs:
+            continue
+        low = min((parse_version(s.min_version) or (0, 0, 0)) for s in specs)
+        highs = [parse_version(s.max_version) for s in specs]
+        high = None if any(h is None for h in highs) else max(h for h in highs if h is not None)
+        ranges.append((name, low, high))
+    removed = [(n, h) for n, _, h in ranges if h is not None]
+    if not removed:
+        return None
+    low = max(lo for _, lo, _ in ranges)
+    name, high = min(removed, key=lambda r: r[1])
+    releases = sorted({v for s in keys.keys.values() for v in map(parse_version, (s.min_version, s.max_version))
+                       if v is not None} | {low})
+    fits = [r for r in releases if low <= r < high]
+    if not fits:
+        return None
+    version = format_version(fits[-1])
+    option = doc.options.get(name, name)
+    return version, (f"linted for Megatron-LM {version}, the newest release that accepts every argument given "
+                     f"({option} was removed in {format_version(high)}); pass --version to lint for another")
 
 
 def _version_issue(spec: KeySpec, raw: Any, version: Version | None, line: int | None) -> KeyIssue:

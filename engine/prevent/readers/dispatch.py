@@ -15,6 +15,7 @@ from typing import Any
 from ..document import ConfigDoc
 from ..errors import LintInputError
 from ..keys import FrameworkKeys
+from ..schema import infer_version
 from ..vocab import FRAMEWORKS
 from . import deepspeed, hf, megatron, native
 from .structured import flatten, key_lines, load_json, load_yaml
@@ -23,11 +24,48 @@ _YAML_START = re.compile(r"^\s*(framework|MODEL_ARGS|ENV_VARS|language_model|mod
 
 
 def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str = "auto",
-                env: dict[str, str] | None = None, text: str | None = None) -> ConfigDoc:
-    """Read one configuration; ``text`` (when given) is used instead of the file's content."""
-    env = dict(env or {})
+                env: dict[str, str] | None = None, text: str | None = None, version: str | None = None) -> ConfigDoc:
+    """Read one configuration; ``text`` (when given) is used instead of the file's content. A configuration
+    that names no version but pins its framework's package (``pip install megatron-core==0.12.0``,
+    ``"transformers_version": "4.46.3"``) is linted for that version."""
     if text is None:
         text = _read_text(path)
+    doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text, version=version)
+    if version is not None:
+        return doc
+    if doc.version is None:
+        doc.version = pinned_version(text, doc.framework)
+    if doc.version is None and doc.framework == "megatron":
+        inferred = infer_version(doc, keys_for("megatron"))
+        if inferred is not None:
+            version, why = inferred
+            if doc.ci_model_args and megatron.ci_semantics(version) != megatron.ci_semantics(None):
+                doc = _read(path, keys_for=keys_for, framework=framework, env=env, text=text, version=version)
+            doc.version = version
+            doc.version_inferred = True
+            doc.notes.append(why)
+    return doc
+
+
+_PINS = {
+    "megatron": re.compile(r"(?:megatron[-_]core|megatron-lm)\s*==\s*v?(\d+\.\d+(?:\.\d+)?)|"
+                           r"git\s+checkout\s+(?:core_)?v(\d+\.\d+(?:\.\d+)?)", re.I),
+    "deepspeed": re.compile(r"deepspeed\s*==\s*(\d+\.\d+(?:\.\d+)?)", re.I),
+    "hf": re.compile(r"transformers\s*==\s*(\d+\.\d+(?:\.\d+)?)|\"transformers_version\"\s*:\s*\"(\d+\.\d+(?:\.\d+)?)",
+                     re.I),
+}
+
+
+def pinned_version(text: str, framework: str) -> str | None:
+    """The release of ``framework`` the file pins, if it pins one (the last pin wins)."""
+    pattern = _PINS.get(framework)
+    found = [next(g for g in m.groups() if g) for m in pattern.finditer(text)] if pattern else []
+    return found[-1] if found else None
+
+
+def _read(path: str, *, keys_for: Callable[[str], FrameworkKeys], framework: str,
+          env: dict[str, str] | None, text: str, version: str | None = None) -> ConfigDoc:
+    env = dict(env or {})
     if framework != "auto" and framework not in FRAMEWORKS:
         raise LintInputError(path, f"unknown framework {framework!r}: use auto, {', '.join(FRAMEWORKS)}")
     kind = _format(path, text)
@@ -53,7 +91,7 @@ def read_config(path: str, *, keys_for: Callable[[str], FrameworkKeys], framewor
     fw = framework if framework != "auto" else detect_framework(data, keys_for, path)
     source_kind = "json" if kind == "json" else "yaml"
     if fw == "megatron":
-        return megatron.read_yaml(data, lines, path, keys_for("megatron"), env)
+        return megatron.read_yaml(data, lines, path, keys_for("megatron"), env, version)
     if fw == "deepspeed":
         return deepspeed.read(data, lines, path, env, source_kind, duplicates)
     return hf.read(data, lines, path, env, source_kind, duplicates)

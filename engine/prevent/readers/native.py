@@ -47,9 +47,7 @@ def read(data: dict[str, Any], lines: dict[str, int], path: str, env: dict[str, 
     if data.get("args"):
         if framework != "megatron":
             raise LintInputError(path, "args is only for megatron; use settings", lines.get("args"))
-        words = [w for c in Shell(path, env).run(str(data["args"])) for w in c.words]
-        for w in words:
-            w.line = lines.get("args", w.line)
+        words = Shell(path, env).words(str(data["args"]), lines.get("args", 1))
         part = ConfigDoc(path, framework, "yaml", env=dict(env))
         megatron.parse_args(words, keys, part)
         doc.overlay(part)

@@ -1,63 +1,34 @@
 """A small interpreter for launch scripts: enough of bash to find the training command and its arguments.
 
-It understands line continuations, comments, quotes, variable assignments (also ``export`` and arrays),
-``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` / ``${ARR[@]}`` expansions with word splitting, ``$(( ))``
-arithmetic, inline environment (``A=1 torchrun ...``), and statement separators. Control flow is not
-followed: assignments run in file order. Command substitution and unknown variables stay unresolved
-(the value is kept as written and its name reported), so the linter never guesses a value.
+Statements are scanned (``shell_scan``) and run in file order: assignments (also ``export``, ``declare``,
+``local``, arrays and ``+=``), ``unset``, ``read`` / ``mapfile`` from here-strings and here-documents, and
+``eval``; every other command is expanded (``shell_expand``: bash's parameter expansion, arithmetic, field
+splitting and quote removal) and returned with its inline environment (``A=1 torchrun ...``). Control flow
+is not followed. Command substitution, positional parameters and variables the script and the launch
+environment do not set stay unresolved: the value is kept as written and its name reported, so the linter
+never guesses a value.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
+import fnmatch
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import LintInputError
+from .shell_expand import Expander, Item, Value, Word
+from .shell_scan import ASSIGN, RawWord, Scanner, Statement
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+__all__ = ["Command", "Shell", "Word"]
+
 _SKIP = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac", "function",
          "{", "}", "!", "[[", "]]", "[", "test", "echo", "printf", "set", "cd", "mkdir", "exit", "return", "source",
-         ".", "shift", "wait", "sleep", "trap", "rm", "cp", "mv", "ln", "touch", "cat", "unset", "true", "false",
-         "pushd", "popd", "ulimit", "module", "conda", "nvidia-smi", "hostname", "date", "sed", "awk", "grep"}
+         ".", "shift", "wait", "sleep", "trap", "rm", "cp", "mv", "ln", "touch", "cat", "true", "false",
+         "pushd", "popd", "ulimit", "module", "conda", "nvidia-smi", "hostname", "date", "sed", "awk", "grep",
+         "let", "getopts", "alias", "local_rank", "tee", "pip", "git", "wget", "curl"}
 _PREFIX_KEYWORDS = {"then", "do", "else", "{", "!", "time", "exec", "nohup", "command", "builtin"}
 _DECLARE = {"export", "declare", "local", "readonly", "typeset"}
-
-
-@dataclass
-class Seg:
-    """Part of a word: ``lit`` (as is), ``dq`` (double-quoted: expand, no splitting), ``exp`` (unquoted expansion)."""
-
-    kind: str
-    text: str
-
-
-@dataclass
-class RawWord:
-    line: int
-    segs: list[Seg] = field(default_factory=list)
-    array: list[RawWord] | None = None
-
-    def add(self, kind: str, text: str) -> None:
-        if kind == "lit" and self.segs and self.segs[-1].kind == "lit":
-            self.segs[-1].text += text
-        else:
-            self.segs.append(Seg(kind, text))
-
-    def literal_prefix(self) -> str:
-        return self.segs[0].text if self.segs and self.segs[0].kind == "lit" else ""
-
-
-@dataclass
-class Word:
-    """An expanded word (field) with the line it starts on and the names it could not resolve."""
-
-    text: str
-    line: int
-    unresolved: tuple[str, ...] = ()
+_EVAL_DEPTH = 4
+_SHELLS = {"bash", "sh", "zsh", "dash"}
 
 
 @dataclass
@@ -69,460 +40,374 @@ class Command:
     line: int
 
 
-class _Scanner:
-    def __init__(self, text: str, path: str):
-        self.t, self.path, self.i, self.line = text, path, 0, 1
-
-    def fail(self, message: str, line: int) -> LintInputError:
-        return LintInputError(self.path, message, line)
-
-    def statements(self) -> Iterator[tuple[int, list[RawWord]]]:
-        while self.i < len(self.t):
-            words, start = self._words(end=None)
-            if words:
-                yield start, words
-
-    def _words(self, end: str | None) -> tuple[list[RawWord], int]:
-        """Words up to the end of a statement (or up to ``end`` for an array body)."""
-        t, words = self.t, []
-        cur: RawWord | None = None
-        start = self.line
-        drop_next = False
-
-        def finish() -> None:
-            nonlocal cur, drop_next
-            if cur is not None:
-                if not drop_next:
-                    words.append(cur)
-                else:
-                    drop_next = False
-                cur = None
-
-        while self.i < len(t):
-            c = t[self.i]
-            if c == "\\":
-                if self.t.startswith("\\\n", self.i):
-                    self.i += 2
-                    self.line += 1
-                    continue
-                cur = cur or RawWord(self.line)
-                cur.add("lit", t[self.i + 1:self.i + 2])
-                self.i += 2
-                continue
-            if c == "\n":
-                finish()
-                self.i += 1
-                self.line += 1
-                if end is None:
-                    return words, start
-                continue
-            if c in " \t\r":
-                finish()
-                self.i += 1
-                continue
-            if c == "#" and cur is None:
-                nl = t.find("\n", self.i)
-                self.i = len(t) if nl < 0 else nl
-                continue
-            if end is not None and c == end:
-                finish()
-                self.i += 1
-                return words, start
-            if c in ";&|" and end is None:
-                finish()
-                while self.i < len(t) and t[self.i] in ";&|":
-                    self.i += 1
-                return words, start
-            if c in "<>":
-                if cur is not None and cur.segs and all(s.kind == "lit" and s.text.isdigit() for s in cur.segs):
-                    cur = None
-                finish()
-                self.i += 1
-                while self.i < len(t) and t[self.i] in "<>&":
-                    self.i += 1
-                if self.i < len(t) and t[self.i].isdigit():
-                    while self.i < len(t) and t[self.i].isdigit():
-                        self.i += 1
-                else:
-                    drop_next = True
-                continue
-            if c == "'":
-                j = t.find("'", self.i + 1)
-                if j < 0:
-                    raise self.fail("unterminated single quote", self.line)
-                cur = cur or RawWord(self.line)
-                cur.add("lit", t[self.i + 1:j])
-                self.line += t.count("\n", self.i, j)
-                self.i = j + 1
-                continue
-            if c == '"':
-                cur = cur or RawWord(self.line)
-                cur.add("dq", self._double_quoted())
-                continue
-            if c == "$" or c == "`":
-                cur = cur or RawWord(self.line)
-                cur.add("exp", self._expansion())
-                continue
-            if c == "(":
-                if cur is not None and len(cur.segs) == 1 and _ASSIGN.match(cur.literal_prefix()) \
-                        and cur.literal_prefix().endswith("="):
-                    self.i += 1
-                    cur.array = self._words(end=")")[0]
-                    continue
-                finish()
-                self.i += 1
-                continue
-            if c == ")":
-                finish()
-                self.i += 1
-                continue
-            cur = cur or RawWord(self.line)
-            cur.add("lit", c)
-            self.i += 1
-        if end is not None:
-            raise self.fail(f"unterminated array: missing '{end}'", start)
-        finish()
-        return words, start
-
-    def _double_quoted(self) -> str:
-        t, start_line = self.t, self.line
-        self.i += 1
-        out = []
-        while self.i < len(t):
-            c = t[self.i]
-            if c == "\\" and self.i + 1 < len(t) and t[self.i + 1] in '"\\$`\n':
-                if t[self.i + 1] == "\n":
-                    self.line += 1
-                else:
-                    out.append("\\" + t[self.i + 1] if t[self.i + 1] in "$`" else t[self.i + 1])
-                self.i += 2
-                continue
-            if c == '"':
-                self.i += 1
-                return "".join(out)
-            if c == "$" or c == "`":
-                out.append(self._expansion())
-                continue
-            if c == "\n":
-                self.line += 1
-            out.append(c)
-            self.i += 1
-        raise self.fail("unterminated double quote", start_line)
-
-    def _expansion(self) -> str:
-        """The text of one expansion starting at ``$`` or a backquote (kept as written, expanded later)."""
-        t, i, start_line = self.t, self.i, self.line
-        if t[i] == "`":
-            j = t.find("`", i + 1)
-            if j < 0:
-                raise self.fail("unterminated backquote", start_line)
-            self.i = j + 1
-            return t[i:j + 1]
-        nxt = t[i + 1:i + 2]
-        if nxt in ("(", "{"):
-            close = ")" if nxt == "(" else "}"
-            depth, j = 0, i + 1
-            while j < len(t):
-                if t[j] == nxt:
-                    depth += 1
-                elif t[j] == close:
-                    depth -= 1
-                    if depth == 0:
-                        break
-                elif t[j] == "\n":
-                    self.line += 1
-                j += 1
-            else:
-                raise self.fail(f"unterminated ${nxt}", start_line)
-            self.i = j + 1
-            return t[i:j + 1]
-        m = _NAME.match(t, i + 1)
-        if m:
-            self.i = m.end()
-            return t[i:m.end()]
-        if nxt and nxt in "0123456789@*#?$!-":
-            self.i = i + 2
-            return t[i:i + 2]
-        self.i = i + 1
-        return "$"
-
-
 class Shell:
     """Runs the assignments of a script and returns its commands, expanded."""
 
     def __init__(self, path: str, env: dict[str, str] | None = None):
         self.path = path
-        self.vars: dict[str, str | list[str]] = dict(env or {})
+        self.vars: dict[str, Value] = {k: Value([Item(str(v), 0)]) for k, v in (env or {}).items()}
         self.exported: set[str] = set(env or {})
-        self.tainted: dict[str, tuple[str, ...]] = {}
-        """Variables whose value holds an unresolved expansion → the names it could not resolve."""
-        self.lines: dict[str, list[int]] = {}
-        """Line of each element of a variable's value (where it was assigned)."""
+        self._x = Expander(path, self.vars.get, self._set)
+        self._depth = 0
 
     def run(self, text: str) -> list[Command]:
-        commands = []
-        for line, raw in _Scanner(text, self.path).statements():
-            cmd = self._statement(line, raw)
-            if cmd is not None:
-                commands.append(cmd)
+        """Run the statements of ``text``; ``if``/``elif``/``else`` take the first branch whose condition is
+        true or cannot be decided (an unresolved variable), other control flow runs in file order."""
+        commands: list[Command] = []
+        sts = Scanner(text, self.path).statements()
+        branches: list[_Branch] = []
+        i = 0
+        while i < len(sts):
+            st = sts[i]
+            kw = st.words[0].plain() if st.words else ""
+            if kw in ("if", "elif"):
+                parts = [(st.words[1:], st.end)]
+                j = i + 1
+                while j < len(sts) and (sts[j].words[0].plain() if sts[j].words else "") != "then":
+                    parts.append((sts[j].words, sts[j].end))
+                    j += 1
+                if kw == "if":
+                    branches.append(_Branch(all(b.active for b in branches)))
+                b = branches[-1] if branches else _Branch(True)
+                value = self._condition(parts) if b.enclosing and not b.taken else False
+                b.active = b.enclosing and not b.taken and value is not False
+                b.taken = b.taken or b.active
+                if j < len(sts):
+                    sts[j] = Statement(sts[j].line, sts[j].words[1:], sts[j].stdin, sts[j].docs, sts[j].end)
+                i = j
+                continue
+            if kw in ("else", "fi") and branches:
+                b = branches[-1]
+                if kw == "else":
+                    b.active, b.taken = b.enclosing and not b.taken, True
+                else:
+                    branches.pop()
+                st = Statement(st.line, st.words[1:], st.stdin, st.docs, st.end)
+            i += 1
+            if all(b.active for b in branches):
+                cmd = self._statement(st)
+                if cmd is not None:
+                    commands += cmd
         return commands
+
+    # -- conditions ---------------------------------------------------------------------------------
+    def _condition(self, parts: list[tuple[list[RawWord], str]]) -> bool | None:
+        """A condition list joined by ``&&`` / ``||`` (left to right, as bash does); None when undecided."""
+        value: bool | None = None
+        op = ""
+        for words, end in parts:
+            one = self._test(words)
+            if not op:
+                value = one
+            elif op == "&&":
+                value = False if value is False or one is False else (None if None in (value, one) else True)
+            elif op == "||":
+                value = True if value is True or one is True else (None if None in (value, one) else False)
+            op = end if end in ("&&", "||") else ""
+        return value
+
+    def _test(self, raw: list[RawWord]) -> bool | None:
+        """``[ ... ]``, ``[[ ... ]]`` or ``test ...`` over strings and integers; None for anything else
+        (a command's exit status, a file test, an unresolved value)."""
+        words = list(raw)
+        negate = False
+        while words and words[0].plain() == "!":
+            negate, words = not negate, words[1:]
+        if words and words[0].plain() in ("[", "[[", "test"):
+            words = words[1:]
+        if words and words[-1].plain() in ("]", "]]"):
+            words = words[:-1]
+        elif raw and raw[0].plain() not in ("[", "[[", "test") and not (words and words[0].plain().startswith("-")):
+            if not (len(words) == 3 and words[1].plain() in _BINARY):
+                return None
+        items = [self._x.string(w) for w in words]
+        if any(it.unresolved for it in items):
+            return None
+        result = _evaluate([it.text for it in items])
+        return None if result is None else result != negate
+
 
     def words(self, text: str, line: int) -> list[Word]:
         """``text`` as the words of one command line (quotes, expansions, splitting), all on ``line``."""
-        scanner = _Scanner(text.replace("\n", " "), self.path)
-        out = [f for _, raw in scanner.statements() for w in raw for f in self._fields(w)]
-        for w in out:
-            w.line = line
+        out = []
+        for st in Scanner(text.replace("\n", " "), self.path).statements():
+            for w in st.words:
+                out += [Word(f.text, line, f.unresolved, f.defaulted) for f in self._x.fields(w)]
         return out
 
+    def array(self, name: str) -> list[Word]:
+        """The elements of a variable as words (an array's elements, a scalar's one value)."""
+        value = self.vars.get(name)
+        return [] if value is None else [Word(i.text, i.line, i.unresolved, i.defaulted) for i in value.items]
+
     def exported_env(self) -> dict[str, str]:
-        return {k: v if isinstance(v, str) else " ".join(v) for k, v in self.vars.items() if k in self.exported}
+        return {k: " ".join(i.text for i in v.items) for k, v in self.vars.items() if k in self.exported}
 
     # -- statements ---------------------------------------------------------------------------------
-    def _statement(self, line: int, raw: list[RawWord]) -> Command | None:
-        while raw and _plain(raw[0]) in _PREFIX_KEYWORDS:
+    def _statement(self, st: Statement) -> list[Command] | None:
+        raw = st.words
+        while raw and raw[0].plain() in _PREFIX_KEYWORDS:
             raw = raw[1:]
         if not raw:
             return None
-        first = _plain(raw[0])
+        first = raw[0].plain()
         if first in _DECLARE:
-            for w in raw[1:]:
-                if _plain(w).startswith("-"):
-                    continue
-                name = self._assign(w) or _plain(w)
-                if first == "export" and _NAME.fullmatch(name or ""):
-                    self.exported.add(name)
+            self._declare(first, raw[1:])
             return None
-        inline: dict[str, str] = {}
         k = 0
-        while k < len(raw) and _ASSIGN.match(raw[k].literal_prefix()):
-            inline[_ASSIGN.match(raw[k].literal_prefix()).group(1)] = ""
+        while k < len(raw) and _assignment(raw[k]):
             k += 1
         if k == len(raw):
             for w in raw:
                 self._assign(w)
             return None
+        inline = {}
+        for w in raw[:k]:
+            name, value = self._value(w)
+            inline[name] = " ".join(i.text for i in value.items)
+        first = raw[k].plain()
+        if first == "unset":
+            for w in raw[1:]:
+                self.vars.pop(w.plain(), None)
+            return None
+        if first in ("read", "mapfile", "readarray"):
+            self._read(first, raw[1:], st, inline)
+            return None
+        if first == "eval":
+            return self._eval(raw[1:])
         if first in _SKIP or first.startswith(("[", "#")):
             return None
-        for w in raw[:k]:
-            name, value, _, _ = self._assignment_value(w)
-            inline[name] = value if isinstance(value, str) else " ".join(value)
-        words = [f for w in raw[k:] for f in self._fields(w)]
-        return Command(words, inline, line) if words else None
+        words = [f for w in raw[k:] for f in self._x.fields(w)]
+        nested = self._nested(words, st)
+        if nested is not None:
+            return nested
+        return [Command(words, inline, st.line)] if words else None
 
-    def _assign(self, w: RawWord) -> str | None:
-        if not _ASSIGN.match(w.literal_prefix()):
+    def _nested(self, words: list[Word], st: Statement) -> list[Command] | None:
+        """``bash -c "SCRIPT"`` (also under ``srun``) and ``sbatch <<EOF ... EOF``: the inner script's commands."""
+        if self._depth >= _EVAL_DEPTH:
             return None
-        name, value, missing, lines = self._assignment_value(w)
-        plus = _ASSIGN.match(w.literal_prefix()).group(2)
-        old = self.vars.get(name)
-        if plus and old is not None:
-            if isinstance(old, list) and isinstance(value, list):
-                value, lines = old + value, self.lines.get(name, []) + lines
+        text = None
+        for i, w in enumerate(words):
+            if w.text.rsplit("/", 1)[-1] in _SHELLS:
+                j = i + 1
+                while j < len(words) and words[j].text.startswith("-") and "c" not in words[j].text[1:]:
+                    j += 1
+                if j + 1 < len(words) and words[j].text.startswith("-") and "c" in words[j].text[1:]:
+                    text = words[j + 1].text
+                elif j >= len(words) and st.docs:
+                    text = self._stdin(st).text if self._stdin(st) else None
+                break
+        if text is None and words and words[0].text in ("sbatch", "qsub", "bsub") and st.docs:
+            item = self._stdin(st)
+            text = item.text if item else None
+        if text is None:
+            return None
+        self._depth += 1
+        try:
+            return self.run(text)
+        finally:
+            self._depth -= 1
+
+    def _declare(self, builtin: str, raw: list[RawWord]) -> None:
+        export = builtin == "export"
+        for w in raw:
+            flag = w.plain()
+            if flag.startswith("-"):
+                export = export or "x" in flag
+                continue
+            name = self._assign(w) if _assignment(w) else self._x.string(w).text
+            if export and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+                self.exported.add(name)
+
+    def _eval(self, raw: list[RawWord]) -> list[Command] | None:
+        """``eval ARGS``: the arguments joined with spaces, run as script text (how Megatron's CI builds argv)."""
+        if self._depth >= _EVAL_DEPTH:
+            return None
+        fields = [f for w in raw for f in self._x.fields(w)]
+        if any(f.unresolved for f in fields):
+            return None
+        self._depth += 1
+        try:
+            return self.run(" ".join(f.text for f in fields)) or None
+        finally:
+            self._depth -= 1
+
+    def _read(self, builtin: str, raw: list[RawWord], st: Statement, inline: dict[str, str]) -> None:
+        """``read [-r] [-a NAME] [-d DELIM] NAME...`` and ``mapfile -t NAME`` from a here-string or -document."""
+        data = self._stdin(st)
+        if data is None:
+            return
+        opts, names, i = {}, [], 0
+        words = [f.text for w in raw for f in self._x.fields(w)]
+        while i < len(words):
+            if words[i].startswith("-") and len(words[i]) > 1:
+                flag = words[i][1:]
+                takes = next((c for c in flag if c in ("adpntNu" if builtin == "read" else "dnOsuCc")), None)
+                for c in flag:
+                    opts[c] = ""
+                if takes:
+                    opts[takes] = words[i + 1] if i + 1 < len(words) else ""
+                    i += 1
             else:
-                value = _join(old) + _join(value)
-            missing = self.tainted.get(name, ()) + missing
+                names.append(words[i])
+            i += 1
+        text, line, missing = data.text, data.line, data.unresolved
+        if builtin in ("mapfile", "readarray"):
+            lines = text.split("\n")
+            if lines and lines[-1] == "":
+                lines.pop()
+            self._set(names[0] if names else "MAPFILE", Value([Item(x, line, missing) for x in lines], True))
+            return
+        if opts.get("d", None) != "":
+            text = text.split("\n")[0]
+        ifs = inline.get("IFS")
+        if ifs is None:
+            v = self.vars.get("IFS")
+            ifs = v.items[0].text if v is not None and v.items else " \t\n"
+        fields = _ifs_split(text, ifs)
+        if "a" in opts:
+            self._set(opts["a"], Value([Item(x, line, missing) for x in fields], True))
+            return
+        names = names or ["REPLY"]
+        for k, name in enumerate(names):
+            if k == len(names) - 1:
+                rest = _ifs_rest(text, ifs, k)
+                self._set(name, Value([Item(rest, line, missing)]))
+            else:
+                self._set(name, Value([Item(fields[k] if k < len(fields) else "", line, missing)]))
+
+    def _stdin(self, st: Statement) -> Item | None:
+        if st.docs:
+            body, expand = st.docs[-1]
+            return self._x.text(body, st.line) if expand else Item(body, st.line)
+        words = [w for kind, w in st.stdin if kind == "word" and w is not None]
+        if words:
+            item = self._x.string(words[-1])
+            return Item(item.text + "\n", item.line, item.unresolved)
+        return None
+
+    # -- assignments --------------------------------------------------------------------------------
+    def _set(self, name: str, value: Value) -> None:
         self.vars[name] = value
-        self.lines[name] = lines
-        if missing:
-            self.tainted[name] = missing
-        else:
-            self.tainted.pop(name, None)
+
+    def _value(self, w: RawWord) -> tuple[str, Value]:
+        m = ASSIGN.match(w.literal_prefix())
+        assert m is not None
+        if w.array is not None:
+            items = [Item(f.text, f.line, f.unresolved, f.defaulted) for el in w.array for f in self._x.fields(el)]
+            return m.group(1), Value(items, True)
+        rest = RawWord(w.line, list(w.parts))
+        rest.parts[0] = type(rest.parts[0])("lit", rest.parts[0].text[m.end():])
+        return m.group(1), Value([self._x.string(rest)])
+
+    def _assign(self, w: RawWord) -> str:
+        m = ASSIGN.match(w.literal_prefix())
+        assert m is not None
+        name, value = self._value(w)
+        index, plus = m.group(2), m.group(3)
+        old = self.vars.get(name)
+        if index:
+            self._assign_element(name, index[1:-1], value, old, w.line)
+            return name
+        if plus and old is not None:
+            if value.array:
+                value = Value(old.items + value.items, True)
+            else:
+                first = old.first() or Item("", w.line)
+                add = value.first() or Item("", w.line)
+                value = Value([Item(first.text + add.text, first.line, first.unresolved + add.unresolved,
+                                    first.defaulted + add.defaulted)] + old.items[1:], old.array)
+        self.vars[name] = value
         return name
 
-    def _assignment_value(self, w: RawWord) -> tuple[str, str | list[str], tuple[str, ...], list[int]]:
-        m = _ASSIGN.match(w.literal_prefix())
-        assert m is not None
-        name = m.group(1)
-        if w.array is not None:
-            fields = [f for el in w.array for f in self._fields(el)]
-            missing = tuple(n for f in fields for n in f.unresolved)
-            return name, [f.text for f in fields], missing, [f.line for f in fields]
-        rest = RawWord(w.line, [Seg("lit", w.segs[0].text[m.end():])] + w.segs[1:])
-        text, missing = self._join_segments(rest)
-        return name, text, missing, [w.line]
-
-    # -- expansion ----------------------------------------------------------------------------------
-    def _join_segments(self, w: RawWord) -> tuple[str, tuple[str, ...]]:
-        """A word expanded without splitting (assignment values)."""
-        out, missing = [], []
-        for s in w.segs:
-            if s.kind == "lit":
-                out.append(s.text)
-            else:
-                value, miss = self.expand_text(s.text) if s.kind == "dq" else self._expand_one(s.text)
-                out.append(_join(value))
-                missing += miss
-        return "".join(out), tuple(missing)
-
-    def _fields(self, w: RawWord) -> list[Word]:
-        """A word expanded with word splitting of unquoted expansions; each field keeps its source line."""
-        fields: list[list[str]] = [[]]
-        lines: list[int] = [w.line]
-        missing: list[str] = []
-        quoted = False
-
-        def spread(items: list[str], item_lines: list[int], glue: bool) -> None:
-            if not items:
-                return
-            if not glue and "".join(fields[-1]):
-                fields.append([])
-                lines.append(w.line)
-            fields[-1].append(items[0])
-            if item_lines and not "".join(fields[-1][:-1]):
-                lines[-1] = item_lines[0]
-            for j, x in enumerate(items[1:], 1):
-                fields.append([x])
-                lines.append(item_lines[j] if j < len(item_lines) else w.line)
-
-        for s in w.segs:
-            if s.kind == "lit":
-                fields[-1].append(s.text)
-                quoted = quoted or not s.text
-                continue
-            var = _single_var(s.text)
-            if s.kind == "dq" and not re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\[@\]\}", s.text):
-                quoted = True
-                value, miss = self.expand_text(s.text)
-                fields[-1].append(_join(value))
-                missing += miss
-                continue
-            quoted = quoted or s.kind == "dq"
-            value, miss = self._expand_one(s.text)
-            missing += miss
-            var_lines = self.lines.get(var or "", [])
-            if isinstance(value, list):
-                spread(value, var_lines, glue=True)
-                continue
-            parts = value.split() if s.kind == "exp" else [value]
-            spread(parts, var_lines * len(parts) if len(var_lines) == 1 else var_lines,
-                   glue=not value[:1].isspace())
-            if value[-1:].isspace() and s.kind == "exp":
-                fields.append([])
-                lines.append(w.line)
-        out = []
-        for f, line in zip(fields, lines, strict=True):
-            text = "".join(f)
-            if text or (quoted and len(fields) == 1):
-                out.append(Word(text, line, tuple(n for n in dict.fromkeys(missing) if _mentions(text, n))))
-        return out
-
-    def expand_text(self, text: str) -> tuple[str, list[str]]:
-        """Expand every ``$...`` inside a double-quoted string."""
-        out, missing, i = [], [], 0
-        while i < len(text):
-            if text[i] == "\\" and i + 1 < len(text):
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if text[i] in "$`":
-                sc = _Scanner(text, self.path)
-                sc.i = i
-                token = sc._expansion()
-                value, miss = self._expand_one(token)
-                missing += miss
-                out.append(_join(value))
-                i = sc.i
-                continue
-            out.append(text[i])
-            i += 1
-        return "".join(out), missing
-
-    def _expand_one(self, token: str) -> tuple[str | list[str], list[str]]:
-        """Value of one expansion token, and the names that could not be resolved."""
-        if token == "$":
-            return "$", []
-        if token.startswith("$((") and token.endswith("))"):
-            return self._arith(token[3:-2])
-        if token.startswith(("$(", "`")):
-            return token, ["$(...)"]
-        if token.startswith("${"):
-            return self._braced(token[2:-1])
-        name = token[1:]
-        return self._lookup(name)
-
-    def _lookup(self, name: str) -> tuple[str | list[str], list[str]]:
-        if name in self.vars:
-            v = self.vars[name]
-            return (v[0] if v else "") if isinstance(v, list) else v, list(self.tainted.get(name, ()))
-        return "$" + name, [name]
-
-    def _braced(self, body: str) -> tuple[str | list[str], list[str]]:
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]", body)
-        if m:
-            v = self.vars.get(m.group(1))
-            if v is None:
-                return "${" + body + "}", [m.group(1)]
-            return (list(v) if isinstance(v, list) else v.split()), list(self.tainted.get(m.group(1), ()))
-        m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)", body)
-        if m:
-            v = self.vars.get(m.group(1))
-            return (str(len(v)) if v is not None else "${" + body + "}"), ([] if v is not None else [m.group(1)])
-        m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(:?[-=+?])(.*)", body, re.S)
-        if m:
-            name, op, word = m.groups()
-            v = self.vars.get(name)
-            empty = v is None or (op.startswith(":") and v in ("", []))
-            if op.endswith("+"):
-                return ("" if empty else self.expand_text(word)[0]), []
-            if not empty:
-                return _join(v), list(self.tainted.get(name, ()))
-            value, miss = self.expand_text(word)
-            if op.endswith("="):
-                self.vars[name] = value
-            return value, miss
-        if _NAME.fullmatch(body) or body.isdigit():
-            value, missing = self._lookup(body)
-            return ("${" + body + "}" if body not in self.vars else value), missing
-        return "${" + body + "}", [body]
-
-    def _arith(self, expr: str) -> tuple[str, list[str]]:
-        text, missing = self.expand_text(expr)
-        if missing:
-            return "$((" + expr + "))", missing
-        unknown = [n for n in _NAME.findall(text) if n not in self.vars]
-        if unknown:
-            return "$((" + expr + "))", unknown
-        text = _NAME.sub(lambda m: str(_join(self.vars[m.group(0)]) or 0), text)
-        try:
-            return str(_arith_eval(ast.parse(text.strip(), mode="eval").body)), []
-        except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
-            return "$((" + expr + "))", ["$((" + expr + "))"]
+    def _assign_element(self, name: str, index: str, value: Value, old: Value | None, line: int) -> None:
+        n, missing = self._x.arithmetic(index, line)
+        items = list(old.items) if old is not None else []
+        if missing or not n.lstrip("-").isdigit():
+            return
+        k = int(n)
+        while len(items) <= k:
+            items.append(Item("", line))
+        items[k] = value.first() or Item("", line)
+        self.vars[name] = Value(items, True)
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-        ast.Div: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+def _assignment(w: RawWord) -> bool:
+    m = ASSIGN.match(w.literal_prefix())
+    return m is not None
 
 
-def _arith_eval(node: ast.AST) -> int:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return _OPS[type(node.op)](_arith_eval(node.left), _arith_eval(node.right))
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _arith_eval(node.operand)
-        return -v if isinstance(node.op, ast.USub) else v
-    raise ValueError("unsupported arithmetic")
+def _ifs_split(text: str, ifs: str) -> list[str]:
+    """Fields of ``text`` split on IFS as ``read`` splits them: IFS white space collapses and trims, each
+    other IFS character ends one field."""
+    white = "".join(c for c in ifs if c in " \t\n")
+    other = "".join(c for c in ifs if c not in " \t\n")
+    text = text.strip(white) if white else text
+    if not text:
+        return []
+    ws = f"[{re.escape(white)}]*" if white else ""
+    alternatives = [f"{ws}[{re.escape(other)}]{ws}"] if other else []
+    if white:
+        alternatives.append(f"[{re.escape(white)}]+")
+    return re.split("|".join(alternatives), text) if alternatives else [text]
 
 
-def _mentions(text: str, name: str) -> bool:
-    """Whether an expanded word still holds the unresolved expansion ``name`` (kept as written)."""
-    if name.startswith("$"):
-        return "$(" in text or "`" in text
-    return f"${name}" in text or f"${{{name}" in text or f"${{#{name}" in text
+def _ifs_rest(text: str, ifs: str, skip: int) -> str:
+    """What ``read`` gives its last name: the input after the first ``skip`` fields, outer IFS space removed."""
+    white = "".join(c for c in ifs if c in " \t\n")
+    rest = text.strip(white) if white else text
+    for _ in range(skip):
+        parts = re.split(f"[{re.escape(ifs)}]+", rest, maxsplit=1) if ifs else [rest]
+        rest = parts[1] if len(parts) > 1 else ""
+    return rest.strip(white) if white else rest
 
 
-def _single_var(token: str) -> str | None:
-    """The variable name when an expansion token is just one variable ($X, ${X}, ${X[@]}, ${X:-d})."""
-    m = re.fullmatch(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\]|:?[-=][^}]*)?\}?", token)
-    return m.group(1) if m else None
+@dataclass
+class _Branch:
+    """One ``if`` being run: whether its enclosing code runs, whether a branch was taken, whether this one runs."""
+
+    enclosing: bool
+    taken: bool = False
+    active: bool = False
 
 
-def _plain(w: RawWord) -> str:
-    return "".join(s.text for s in w.segs if s.kind == "lit") if all(s.kind == "lit" for s in w.segs) else ""
+_BINARY = {"=", "==", "!=", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "=~", "<", ">"}
+_INT_OPS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
+            "-ge": int.__ge__}
 
 
-def _join(value: str | list[str] | None) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else " ".join(value)
+def _evaluate(args: list[str]) -> bool | None:
+    """The truth of a test command's arguments (after expansion)."""
+    if not args:
+        return False
+    if len(args) == 1:
+        return args[0] != ""
+    if len(args) == 2:
+        op, value = args
+        if op == "-z":
+            return value == ""
+        if op == "-n":
+            return value != ""
+        if op == "!":
+            return value == ""
+        return None
+    if len(args) == 3:
+        a, op, b = args
+        if op in ("=", "=="):
+            return fnmatch.fnmatchcase(a, b) if any(ch in b for ch in "*?[") else a == b
+        if op == "!=":
+            return a != b
+        if op in _INT_OPS:
+            try:
+                return _INT_OPS[op](int(a), int(b))
+            except ValueError:
+                return None
+        if op == "=~":
+            try:
+                return re.search(b, a) is not None
+            except re.error:
+                return None
+        if op in ("<", ">"):
+            return a < b if op == "<" else a > b
+    return None

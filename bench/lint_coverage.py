@@ -1,0 +1,311 @@
+"""Coverage of the frameworks' own configuration checks by the prevention rules (docs/lint.md, "Coverage").
+
+Every ``assert`` and ``raise`` of the functions that validate a configuration is found by walking their
+syntax tree: Megatron-LM ``validate_args`` (megatron/training/arguments.py), ``TransformerConfig.__post_init__``
+and ``MLATransformerConfig.__post_init__`` (transformer_config.py), ``ModelParallelConfig.__post_init__`` and
+``initialize_model_parallel`` (the MoE and parallel-state checks); DeepSpeed's ``DeepSpeedConfig`` batch and
+error checks, its ZeRO, precision and MoE-layer validators and the engine's optimizer sanity checks;
+transformers ``TrainingArguments.__post_init__``. For each check it records where it is (release, file,
+line), the configuration keys its condition reads (``args.x`` / ``self.x``, with the conditions of the
+branches around it), and whether it depends only on the configuration: a condition that calls into the
+installed software or hardware (``is_te_min_version``, ``torch.cuda``, ``is_torch_*_available``, device
+queries), the process environment (other than the variables the rules read), model or data objects, or
+runtime state is *not configuration-only*, and the table says which. A configuration-only check is
+*encoded* when a rule of the framework tests the same keys (every key of the check among the keys the
+rule's condition reads) and names the same file among its sources; ``bench/lint_coverage_review.tsv`` holds
+the decisions made by reading a check (encoded by a named rule, or not encodable and why), which take
+precedence. Nothing of the sources is copied: the table names lines and keys.
+
+    python bench/lint_coverage.py --megatron DIR --deepspeed DIR --transformers FILE [--write docs/lint.md]
+
+DIR is a checkout (or an extracted archive) of the release; FILE transformers' training_args.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import csv
+import re
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+REVIEW = HERE / "lint_coverage_review.tsv"
+RELEASES = {"megatron": ("NVIDIA/Megatron-LM", "d98e8a6"), "deepspeed": ("deepspeedai/DeepSpeed", "edaa722"),
+            "hf": ("huggingface/transformers", "v4.57.1")}
+TARGETS = {
+    "megatron": [("megatron/training/arguments.py", ("validate_args",), "args"),
+                 ("megatron/core/transformer/transformer_config.py",
+                  ("TransformerConfig.__post_init__", "MLATransformerConfig.__post_init__"), "self"),
+                 ("megatron/core/model_parallel_config.py", ("ModelParallelConfig.__post_init__",), "self"),
+                 ("megatron/core/parallel_state.py", ("initialize_model_parallel",), "param")],
+    "deepspeed": [("deepspeed/runtime/config.py", ("DeepSpeedConfig._batch_assertion",
+                                                   "DeepSpeedConfig._set_batch_related_parameters",
+                                                   "DeepSpeedConfig._do_error_check", "get_torch_autocast_dtype",
+                                                   "get_communication_data_type", "get_gradient_allreduce_op",
+                                                   "get_checkpoint_tag_validation_mode",
+                                                   "get_checkpoint_parallel_write_pipeline"), "self"),
+                  ("deepspeed/runtime/zero/config.py", ("DeepSpeedZeroConfig.offload_ratio_check",), "self"),
+                  ("deepspeed/runtime/precision_config.py", ("DeepSpeedFP16Config._validate_loss_scale",
+                                                             "DeepSpeedFP16Config._reject_non_integer_scale_params",
+                                                             "DeepSpeedFP16Config._validate_dynamic_loss_scale_params"),
+                   "self"),
+                  ("deepspeed/moe/layer.py", ("MoE.__init__",), "param"),
+                  ("deepspeed/runtime/engine.py", ("DeepSpeedEngine._do_sanity_check",
+                                                   "DeepSpeedEngine._do_optimizer_sanity_check",
+                                                   "DeepSpeedEngine._configure_basic_optimizer"), "self")],
+    "hf": [("training_args.py", ("TrainingArguments.__post_init__",), "self")],
+}
+_RUNTIME = re.compile(
+    r"is_te_min_version|is_torch_min_version|get_te_version|te_version|HAVE_|torch\.cuda|get_device_arch|"
+    r"importlib|is_\w+_available|version\.parse|packaging|torch\.distributed|dist\.|get_accelerator|"
+    r"torch\.__version__|is_torch_\w+|_is_torch|device_count|get_world_size|get_rank|torch\.backends|"
+    r"\bmodel\b|self\.module|optimizer\b|\bparam\b|isinstance\(self\.\w+, *\(?(torch|nn)|"
+    r"torch_npu|is_sagemaker|is_accelerate|accelerator_config|self\.distributed_state|xm\.|smp\.")
+_ENV = re.compile(r"os\.environ|os\.getenv")
+_MODELED_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+
+@dataclass
+class Check:
+    framework: str
+    file: str
+    function: str
+    line: int
+    kind: str
+    keys: tuple[str, ...]
+    conditions: tuple[str, ...]
+    config_only: bool = True
+    why_not: str = ""
+    rules: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}:{self.file.rsplit('/', 1)[-1]}:{self.line}"
+
+
+def _functions(tree: ast.Module, names: Iterable[str]) -> list[tuple[str, ast.FunctionDef]]:
+    wanted, out = set(names), []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in wanted:
+            out.append((node.name, node))
+        if isinstance(node, ast.ClassDef):
+            for b in node.body:
+                if isinstance(b, ast.FunctionDef) and f"{node.name}.{b.name}" in wanted:
+                    out.append((f"{node.name}.{b.name}", b))
+    return out
+
+
+def _checks_in(fn: ast.FunctionDef) -> list[tuple[str, int, list[str], ast.AST]]:
+    out: list[tuple[str, int, list[str], ast.AST]] = []
+
+    def block(stmts: list[ast.stmt], conds: list[str]) -> None:
+        for s in stmts:
+            if isinstance(s, ast.Assert):
+                out.append(("assert", s.lineno, conds + [ast.unparse(s.test)], s))
+            elif isinstance(s, ast.Raise):
+                out.append(("raise", s.lineno, list(conds), s))
+            elif isinstance(s, ast.If):
+                block(s.body, conds + [ast.unparse(s.test)])
+                block(s.orelse, conds + [f"not ({ast.unparse(s.test)})"])
+            elif isinstance(s, (ast.For, ast.While, ast.With, ast.Try)):
+                for part in ("body", "orelse", "finalbody"):
+                    block(getattr(s, part, []) or [], conds)
+                for h in getattr(s, "handlers", []) or []:
+                    block(h.body, conds + ["<exception handler>"])
+            elif isinstance(s, (ast.FunctionDef, ast.ClassDef)):
+                continue
+
+    block(fn.body, [])
+    return out
+
+
+def _keys(conditions: list[str], root: str, params: set[str]) -> tuple[str, ...]:
+    found: list[str] = []
+    for c in conditions:
+        if root == "args":
+            found += re.findall(r"\bargs\.([A-Za-z_][A-Za-z0-9_]*)", c)
+        elif root == "self":
+            found += re.findall(r"\bself\.(?:_config\.)?([A-Za-z_][A-Za-z0-9_]*)", c)
+        else:
+            found += [n for n in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\b", c) if n in params]
+    return tuple(dict.fromkeys(k for k in found if not k.startswith("_")))
+
+
+def extract(framework: str, base: Path) -> list[Check]:
+    out = []
+    for rel, names, root in TARGETS[framework]:
+        path = base / rel if (base / rel).exists() else base
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name, fn in _functions(tree, names):
+            params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+            for kind, line, conds, _node in _checks_in(fn):
+                text = " and ".join(conds)
+                check = Check(framework, rel, name, line, kind, _keys(conds, root, params), tuple(conds))
+                if _RUNTIME.search(text):
+                    check.config_only = False
+                    check.why_not = "depends on the installed software, hardware or runtime objects"
+                elif _ENV.search(text) and not any(v in text for v in _MODELED_ENV):
+                    check.config_only, check.why_not = False, "depends on the process environment"
+                elif "<exception handler>" in conds:
+                    check.config_only, check.why_not = False, "raised when parsing a value fails (a type check)"
+                elif not check.keys:
+                    check.config_only, check.why_not = False, "reads no configuration key (an internal invariant)"
+                out.append(check)
+    return out
+
+
+def _rule_keys(linter: object) -> dict[str, tuple[str, set[str], tuple[str, ...]]]:
+    from debugtune.engine.prevent.unjudged import _keys as query_keys
+
+    out = {}
+    for r in linter.rules:  # type: ignore[attr-defined]
+        keys = {re.sub(r"\.(length|product)$", "", k) for k in query_keys(r.query)}
+        out[r.rule_id] = (r.framework, keys, r.sources)
+    return out
+
+
+def _canonical(framework: str, registry: object) -> dict[str, str]:
+    """Config field or dest name → the linter's key (aliases of renamed dests and --yaml-cfg fields)."""
+    keys = registry.for_framework(framework)  # type: ignore[attr-defined]
+    table = {k: k for k in keys.keys}
+    table.update(keys.aliases)
+    extra = {"num_moe_experts": "num_experts", "moe_router_topk": "moe_router_topk",
+             "tensor_model_parallel_size": "tensor_model_parallel_size",
+             "pipeline_model_parallel_size": "pipeline_model_parallel_size",
+             "context_parallel_size": "context_parallel_size",
+             "expert_model_parallel_size": "expert_model_parallel_size",
+             "expert_tensor_parallel_size": "expert_tensor_parallel_size",
+             "virtual_pipeline_model_parallel_size": "virtual_pipeline_model_parallel_size",
+             "train_batch_size": "train_batch_size", "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
+             "gradient_accumulation_steps": "gradient_accumulation_steps", "world_size": "world_size",
+             "fp16_enabled": "fp16.enabled", "bfloat16_enabled": "bf16.enabled", "amp_enabled": "amp.enabled",
+             "zero_enabled": "zero_optimization.stage", "zero_optimization_stage": "zero_optimization.stage",
+             "ep_size": "moe.ep_size", "num_experts": "num_experts", "k": "moe.k"}
+    for k, v in extra.items():
+        table.setdefault(k, v)
+    return table
+
+
+def match(checks: list[Check], linter: object) -> None:
+    """Fill ``rules`` of each configuration-only check (review file first, then the key rule)."""
+    review = _review()
+    rule_keys = _rule_keys(linter)
+    encodes: dict[str, list[str]] = defaultdict(list)
+    for r in linter.store_rows if hasattr(linter, "store_rows") else []:  # type: ignore[attr-defined]
+        encodes[r[0]].append(r[1])
+    for c in checks:
+        decided = review.get(c.id)
+        if decided is not None:
+            verdict, text = decided
+            if verdict == "rule":
+                c.rules, c.config_only = tuple(text.split(",")), True
+            else:
+                c.config_only, c.why_not, c.rules = False, text, ()
+            c.note = "reviewed"
+            continue
+        if c.id in encodes:
+            c.rules, c.config_only = tuple(sorted(encodes[c.id])), True
+            continue
+        if not c.config_only:
+            continue
+        table = _canonical(c.framework, linter.registry)  # type: ignore[attr-defined]
+        keys = {table.get(k, k) for k in c.keys}
+        base = c.file.rsplit("/", 1)[-1]
+        found = [rid for rid, (fw, rk, sources) in rule_keys.items()
+                 if fw in (c.framework, "any") and keys <= rk and any(base in s for s in sources)]
+        found.sort(key=lambda rid: len(rule_keys[rid][1]))
+        c.rules = tuple(found[:2])
+
+
+def _review() -> dict[str, tuple[str, str]]:
+    if not REVIEW.is_file():
+        return {}
+    with REVIEW.open(newline="") as f:
+        return {r["check"]: (r["verdict"], r["detail"]) for r in csv.DictReader(f, delimiter="\t")}
+
+
+def table(checks: list[Check]) -> str:
+    lines = []
+    by_fw: dict[str, list[Check]] = defaultdict(list)
+    for c in checks:
+        by_fw[c.framework].append(c)
+    summary = ["| framework | release read | checks | configuration-only | encoded | coverage |",
+               "|---|---|---|---|---|---|"]
+    for fw in ("megatron", "deepspeed", "hf"):
+        cs = by_fw.get(fw, [])
+        cfg = [c for c in cs if c.config_only]
+        enc = [c for c in cfg if c.rules]
+        repo, rel = RELEASES[fw]
+        summary.append(f"| {fw} | {repo} @ {rel} | {len(cs)} | {len(cfg)} | {len(enc)} | "
+                       f"{len(enc) / max(1, len(cfg)):.0%} |")
+    lines += summary + [""]
+    for fw in ("megatron", "deepspeed", "hf"):
+        repo, rel = RELEASES[fw]
+        lines += [f"<details><summary>{fw}: every check ({repo} @ {rel})</summary>", "",
+                  "| check | keys | rule, or why none can |", "|---|---|---|"]
+        for c in by_fw.get(fw, []):
+            link = f"[{c.file.rsplit('/', 1)[-1]}:{c.line}](https://github.com/{repo}/blob/{rel}/" \
+                   f"{'src/transformers/' if fw == 'hf' else ''}{c.file}#L{c.line})"
+            keys = ", ".join(c.keys[:6]) + (" …" if len(c.keys) > 6 else "")
+            if c.rules:
+                what = ", ".join(c.rules)
+            elif c.config_only:
+                what = "**not encoded**"
+            else:
+                what = c.why_not
+            lines.append(f"| {link} `{c.function.rsplit('.', 1)[-1]}` | {keys} | {what} |")
+        lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--megatron", type=Path, required=True)
+    ap.add_argument("--deepspeed", type=Path, required=True)
+    ap.add_argument("--transformers", type=Path, required=True, help="transformers' training_args.py")
+    ap.add_argument("--write", type=Path, help="replace the coverage section of this Markdown file")
+    ap.add_argument("--gaps", action="store_true", help="list the configuration-only checks no rule encodes")
+    args = ap.parse_args(argv)
+    from debugtune.engine.prevent.lint import Linter
+    from debugtune.kg import open_store
+    from debugtune.kg.knowledge import load_knowledge
+
+    store = open_store(None)
+    load_knowledge(store)
+    linter = Linter.from_store(store)
+    linter.store_rows = [(r["check"], r["id"]) for r in store.query(  # type: ignore[attr-defined]
+        "SELECT ?check ?id WHERE { ?r dt:encodesCheck ?check ; dt:ruleId ?id }").dicts()]
+    checks = extract("megatron", args.megatron) + extract("deepspeed", args.deepspeed) + \
+        extract("hf", args.transformers)
+    match(checks, linter)
+    text = table(checks)
+    if args.gaps:
+        for c in checks:
+            if c.config_only and not c.rules:
+                print(f"{c.id}\t{c.function}\t{','.join(c.keys)}\t{' && '.join(c.conditions)[:300]}")
+        return 0
+    if args.write:
+        doc = args.write.read_text()
+        start, end = "<!-- coverage:start -->", "<!-- coverage:end -->"
+        if start in doc and end in doc:
+            doc = doc[:doc.index(start) + len(start)] + "\n" + text + "\n" + doc[doc.index(end):]
+        else:
+            doc += f"\n{start}\n{text}\n{end}\n"
+        args.write.write_text(doc)
+    else:
+        print(text)
+    counts = Counter((c.framework, c.config_only, bool(c.rules)) for c in checks)
+    print({f"{fw} {'config' if co else 'other'} {'encoded' if e else ''}".strip(): n
+           for (fw, co, e), n in sorted(counts.items())}, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,515 @@
+"""Encode Megatron-LM's own configuration checks as prevention rules (``cases/prevention/megatron-checks.ttl``).
+
+For every configuration-only check of ``bench/lint_coverage.py`` that no written rule encodes, the condition
+under which the check fails (the conditions of the branches around it, and the negated assertion) is
+translated from its syntax tree into a SPARQL condition over the config graph. Only what the translation
+understands is encoded: ``args.x`` / ``self.x`` of keys that have a command-line option, constants (enum
+members by name), ``and`` / ``or`` / ``not``, comparisons, ``is None``, ``in``, ``len`` and integer
+arithmetic; a check that reads a local variable, calls a function, or reads a key that ``validate_args``
+assigns before the check (so the value checked is not the one written) is left out. Each candidate rule is
+kept only when a search over values finds a configuration that violates it and one that passes (checked by
+evaluating the check's own condition), the linter agrees on both, and the rule stays quiet on every valid
+reference configuration (cases/prevention/valid) and on every configuration of the real corpus
+(bench/lint_corpus.py). The first release that has the same check is its ``dt:minVersion``.
+
+    python bench/lint_framework_rules.py --megatron DIR --tags-root DIR --corpus-cache DIR [--transformers FILE]
+
+``--megatron`` is the tree the keys come from (main @ d98e8a6), ``--tags-root`` holds one extracted tree per
+release tag (as bench/lint_keys_megatron.py extracts them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bench import lint_coverage  # noqa: E402
+
+OUT = HERE.parent / "cases" / "prevention" / "megatron-checks.ttl"
+TAGS = ("core_v0.9.0", "core_v0.10.0", "core_v0.11.0", "core_v0.12.0", "core_v0.13.0", "core_v0.14.0",
+        "core_v0.15.0", "core_v0.16.0", "core_v0.17.0", "core_v0.18.0", "core_v0.19.0")
+_PREFIX = {"arguments.py": "MEGA", "transformer_config.py": "MEGT", "model_parallel_config.py": "MEGM",
+           "parallel_state.py": "MEGP"}
+_PARALLEL = re.compile(r"parallel_size|world_size|num_layers|num_attention_heads|num_query_groups|hidden_size")
+_BATCH = re.compile(r"batch_size|micro_batch|global_batch")
+
+
+class Unsupported(Exception):
+    pass
+
+
+@dataclass
+class Key:
+    name: str
+    spec: Any
+    var: str
+
+
+class Translator:
+    """One check's failure condition as SPARQL, as a Python evaluator, and as words."""
+
+    def __init__(self, keys: Any, table: dict[str, str], root: str):
+        self.keys, self.table, self.root = keys, table, root
+        self.used: dict[str, Key] = {}
+        self.lists: set[str] = set()
+
+    def key(self, attr: str) -> Key:
+        name = self.table.get(attr, attr)
+        spec = self.keys.keys.get(name)
+        if spec is None or spec.derived and name != "world_size":
+            raise Unsupported(f"{attr}: not a key")
+        if name != "world_size" and not (spec.options or spec.true_flags or spec.false_flags):
+            raise Unsupported(f"{attr}: no command-line option")
+        return self.used.setdefault(name, Key(name, spec, "?k_" + name))
+
+    # -- SPARQL -------------------------------------------------------------------------------------------
+    def sparql(self, n: ast.AST) -> str:
+        if isinstance(n, ast.BoolOp):
+            op = " && " if isinstance(n.op, ast.And) else " || "
+            return "(" + op.join(self.sparql(v) for v in n.values) + ")"
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
+            return f"!({self.sparql(n.operand)})"
+        if isinstance(n, ast.Compare):
+            parts, left = [], n.left
+            for op, right in zip(n.ops, n.comparators, strict=True):
+                parts.append(self._compare(left, op, right))
+                left = right
+            return "(" + " && ".join(parts) + ")"
+        if self._is_key(n):
+            k = self.key(n.attr)
+            kind = k.spec.value_type
+            if kind == "bool":
+                return f"(BOUND({k.var}) && {k.var} = true)"
+            if kind == "list":
+                self.lists.add(k.name)
+                return f"(BOUND({k.var}_len) && {k.var}_len > 0)"
+            if kind in ("int", "float"):
+                return f"(BOUND({k.var}) && {k.var} != 0)"
+            return f'(BOUND({k.var}) && STR({k.var}) != "")'
+        if isinstance(n, ast.Constant) and isinstance(n.value, bool):
+            return "true" if n.value else "false"
+        raise Unsupported(ast.unparse(n))
+
+    def _is_key(self, n: ast.AST) -> bool:
+        return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == self.root
+
+    def _term(self, n: ast.AST) -> str:
+        if self._is_key(n):
+            return self.key(n.attr).var
+        if isinstance(n, ast.Constant):
+            if n.value is None or isinstance(n.value, bool):
+                raise Unsupported("None/bool in arithmetic")
+            return json.dumps(n.value) if isinstance(n.value, str) else repr(n.value)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id[:1].isupper():
+            return json.dumps(n.attr)  # an enum member: its name, as the command line gives it
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return f"(-{self._term(n.operand)})"
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len" and len(n.args) == 1 and \
+                self._is_key(n.args[0]):
+            k = self.key(n.args[0].attr)
+            self.lists.add(k.name)
+            return f"COALESCE({k.var}_len, 0)"
+        if isinstance(n, ast.BinOp):
+            a, b = self._term(n.left), self._term(n.right)
+            if isinstance(n.op, ast.Mod):
+                return f"({a} - {b} * FLOOR({a} / {b}))"
+            if isinstance(n.op, ast.FloorDiv):
+                return f"FLOOR({a} / {b})"
+            ops = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+            if type(n.op) in ops:
+                return f"({a} {ops[type(n.op)]} {b})"
+        raise Unsupported(ast.unparse(n))
+
+    def _compare(self, left: ast.AST, op: ast.cmpop, right: ast.AST) -> str:
+        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
+            if not self._is_key(left):
+                raise Unsupported("is None of a non-key")
+            k = self.key(left.attr)
+            return f"!BOUND({k.var})" if isinstance(op, ast.Is) else f"BOUND({k.var})"
+        if isinstance(op, (ast.In, ast.NotIn)):
+            if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                items = ", ".join(self._term(e) for e in right.elts)
+                t = f"STR({self._term(left)})" if self._is_key(left) else self._term(left)
+                items = ", ".join(f"STR({x})" if not x.startswith('"') else x for x in items.split(", "))
+                return f"({t} {'IN' if isinstance(op, ast.In) else 'NOT IN'} ({items}))"
+            if self._is_key(right):
+                k = self.key(right.attr)
+                if k.spec.value_type != "list":
+                    raise Unsupported("in of a non-list")
+                value = self._term(left)
+                m = f"?m_{k.name}"
+                exists = f"EXISTS {{ ?c <{lint_coverage_cfg()}{k.name}> {m} FILTER(STR({m}) = STR({value})) }}"
+                return exists if isinstance(op, ast.In) else f"!{exists}"
+            raise Unsupported("in")
+        ops = {ast.Eq: "=", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+        if type(op) not in ops:
+            raise Unsupported(type(op).__name__)
+        a, b = self._term(left), self._term(right)
+        if a.startswith('"') or b.startswith('"'):
+            a = f"STR({a})" if not a.startswith('"') else a
+            b = f"STR({b})" if not b.startswith('"') else b
+        return f"({a} {ops[type(op)]} {b})"
+
+    def query(self, condition: ast.AST) -> str:
+        body = self.sparql(condition)
+        binds = [f"OPTIONAL {{ ?c cfg:{k.name} {k.var} }}" for k in self.used.values()]
+        binds += [f"OPTIONAL {{ ?c cfg:{n}.length ?k_{n}_len }}" for n in sorted(self.lists)]
+        return "ASK { ?c a dt:LaunchConfiguration .\n      " + "\n      ".join(binds) + f"\n      FILTER({body}) }}"
+
+    # -- evaluation (the check's own semantics, for finding examples) -------------------------------------
+    def evaluate(self, n: ast.AST, values: dict[str, Any]) -> Any:
+        if isinstance(n, ast.BoolOp):
+            vals = [self.evaluate(v, values) for v in n.values]
+            return all(vals) if isinstance(n.op, ast.And) else any(vals)
+        if isinstance(n, ast.UnaryOp):
+            v = self.evaluate(n.operand, values)
+            return (not v) if isinstance(n.op, ast.Not) else -v
+        if isinstance(n, ast.Compare):
+            left = self.evaluate(n.left, values)
+            for op, right_node in zip(n.ops, n.comparators, strict=True):
+                right = self.evaluate(right_node, values)
+                if not _cmp(op, left, right):
+                    return False
+                left = right
+            return True
+        if self._is_key(n):
+            return values.get(self.table.get(n.attr, n.attr))
+        if isinstance(n, ast.Constant):
+            return n.value
+        if isinstance(n, ast.Attribute):
+            return n.attr
+        if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            return [self.evaluate(e, values) for e in n.elts]
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len":
+            return len(self.evaluate(n.args[0], values) or [])
+        if isinstance(n, ast.BinOp):
+            a, b = self.evaluate(n.left, values), self.evaluate(n.right, values)
+            ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: lambda x, y: x * y,
+                   ast.Div: lambda x, y: x / y, ast.FloorDiv: lambda x, y: x // y, ast.Mod: lambda x, y: x % y}
+            return ops[type(n.op)](a, b)
+        raise Unsupported(ast.unparse(n))
+
+    def words(self, n: ast.AST) -> str:
+        """The condition in the command line's terms."""
+        text = ast.unparse(n)
+        for attr in sorted({m for m in re.findall(rf"\b{self.root}\.([A-Za-z_]\w*)", text)}, key=len, reverse=True):
+            k = self.used.get(self.table.get(attr, attr))
+            if k is not None:
+                opt = (k.spec.options or k.spec.true_flags or k.spec.false_flags or (k.name,))[0]
+                text = re.sub(rf"\b{self.root}\.{attr}\b", opt, text)
+        return text
+
+
+def lint_coverage_cfg() -> str:
+    from debugtune.engine.prevent.vocab import CFG
+
+    return CFG
+
+
+def _cmp(op: ast.cmpop, a: Any, b: Any) -> bool:
+    if isinstance(op, ast.Is):
+        return a is b
+    if isinstance(op, ast.IsNot):
+        return a is not b
+    if isinstance(op, ast.In):
+        return a in (b or [])
+    if isinstance(op, ast.NotIn):
+        return a not in (b or [])
+    if isinstance(op, ast.Eq):
+        return a == b
+    if isinstance(op, ast.NotEq):
+        return a != b
+    if a is None or b is None:
+        raise Unsupported("comparison with an unset value")
+    return {ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}[type(op)]
+
+
+def failure(conditions: tuple[str, ...], kind: str) -> ast.AST:
+    """The condition under which the check fails: its branch conditions and, for an assert, not its test."""
+    parts = [ast.parse(c, mode="eval").body for c in conditions]
+    if kind == "assert":
+        parts[-1] = ast.UnaryOp(ast.Not(), parts[-1])
+    return parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
+
+
+def _assigned_before(path: Path, function: str, line: int, root: str) -> set[str]:
+    """Keys the function assigns before ``line`` in a way that can make the checked value differ from the one
+    written so that a rule would fire where the check does not: a computed value, or one that clears the key
+    (None, False, 0, "none", []). Setting a key to another constant (a deprecated flag's translation, a default
+    filled in) only makes the rule miss, and is allowed."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for _, fn in lint_coverage._functions(tree, [function]):
+        out = set()
+        for node in ast.walk(fn):
+            if getattr(node, "lineno", line) >= line:
+                continue
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                value = node.value
+                for t in targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == root \
+                            and (isinstance(node, ast.AugAssign) or _unsafe(value)):
+                        out.add(t.attr)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" \
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                out.add(str(node.args[1].value))  # setattr(args, "x", ...); a loop over names sets defaults only
+        return out
+    return set()
+
+
+def _unsafe(value: ast.AST | None) -> bool:
+    if isinstance(value, ast.Constant):
+        return value.value in (None, False, 0, "none", "")
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return not value.elts or not all(isinstance(e, ast.Constant) for e in value.elts)
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id[:1].isupper():
+        return value.attr.lower() in ("none", "disabled", "off")
+    return True
+
+
+def _candidates(k: Key, constants: list[Any]) -> list[Any]:
+    spec = k.spec
+    own = [c for c in constants if c is not None and not isinstance(c, bool)]
+    if spec.value_type == "bool":
+        return [True, False]
+    if spec.choices:
+        return list(spec.choices)
+    if spec.value_type == "int":
+        base = {1, 2, 3, 4, 8, 0}
+        for c in own:
+            if isinstance(c, (int, float)):
+                base |= {int(c), int(c) + 1, max(int(c) - 1, 0), int(c) * 2}
+        return sorted(base)
+    if spec.value_type == "float":
+        return sorted({0.0, 0.5, 1.0, 2.0} | {float(c) for c in own if isinstance(c, (int, float))})
+    if spec.value_type == "list":
+        return [[c] for c in own if isinstance(c, str)] + [["x"]]
+    return [c for c in own if isinstance(c, str)] + ["x"]
+
+
+def _default(k: Key) -> Any:
+    d = k.spec.defaults
+    if k.spec.value_type == "list":
+        return list(d) if d else None
+    return d[0] if d else None
+
+
+def examples(tr: Translator, cond: ast.AST) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A violating and a passing assignment (keys set differently from their defaults), by search."""
+    keys = list(tr.used.values())
+    constants = [n.value for n in ast.walk(cond) if isinstance(n, ast.Constant)]
+    defaults = {k.name: _default(k) for k in keys}
+    options = {k.name: _candidates(k, constants) for k in keys}
+
+    def value(assign: dict[str, Any]) -> bool | None:
+        try:
+            return bool(tr.evaluate(cond, {**defaults, **assign}))
+        except (Unsupported, ZeroDivisionError, TypeError):
+            return None
+
+    for size in range(1, min(len(keys), 4) + 1):
+        for subset in itertools.combinations(keys, size):
+            for combo in itertools.islice(itertools.product(*(options[k.name] for k in subset)), 4000):
+                assign = dict(zip((k.name for k in subset), combo, strict=True))
+                if value(assign) is not True:
+                    continue
+                # passing: add a key first (the fix a user makes), then change one of those set
+                rest = [k for k in keys if k not in subset] + list(subset)
+                for k in rest:
+                    for alt in options[k.name]:
+                        other = {**assign, k.name: alt}
+                        if value(other) is False and render(tr, other):
+                            return assign, other
+                return None
+    return None
+
+
+def render(tr: Translator, assign: dict[str, Any]) -> str | None:
+    words = []
+    for name, v in assign.items():
+        spec = tr.used[name].spec
+        if name == "world_size":
+            continue
+        if spec.value_type == "bool":
+            if v and spec.true_flags:
+                words.append(spec.true_flags[0])
+            elif not v and spec.false_flags:
+                words.append(spec.false_flags[0])
+            elif v != _default(tr.used[name]):
+                return None
+        elif v is None:
+            continue
+        elif isinstance(v, list):
+            words.append(f"{spec.options[0]} " + " ".join(map(str, v)))
+        else:
+            words.append(f"{spec.options[0]} {v}")
+    text = " ".join(words)
+    if "world_size" in assign and assign["world_size"] is not None:
+        return f"framework: megatron\nlaunch: {{world_size: {assign['world_size']}}}\nargs: {json.dumps(text)}"
+    return text
+
+
+def _first_release(check: lint_coverage.Check, tags_root: Path) -> str | None:
+    """The first tag from which every later tag has the same check (same failing test) in the same function."""
+    want = re.sub(r"\s+", "", check.conditions[-1])
+    first = None
+    for tag in reversed(TAGS):
+        path = tags_root / tag / check.file
+        if not path.is_file():
+            break
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+        except SyntaxError:
+            break
+        tests = {re.sub(r"\s+", "", conds[-1]) for _, fn in lint_coverage._functions(tree, [check.function])
+                 for _, _, conds, _ in lint_coverage._checks_in(fn) if conds}
+        if want not in tests:
+            break
+        first = tag
+    if first == TAGS[0]:
+        return None
+    return (first or "core_v0.20.0").removeprefix("core_v")
+
+
+def _error_class(keys: list[str], cond: str) -> str:
+    if "%" in cond or "//" in cond:
+        return "batch-arithmetic" if any(_BATCH.search(k) for k in keys) else "parallel-divisibility"
+    if re.search(r"\bnot\b.*\band\b|\band\b", cond) and " is None" not in cond and "==" not in cond:
+        return "mutual-exclusion"
+    if " is None" in cond or "is not None" in cond:
+        return "missing-requirement"
+    return "value-range"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--megatron", type=Path, required=True)
+    ap.add_argument("--tags-root", type=Path, required=True)
+    ap.add_argument("--corpus-cache", type=Path, required=True)
+    args = ap.parse_args(argv)
+    from bench.lint_corpus import read_manifest
+    from debugtune.engine.prevent.learn import VALID_CONFIGS
+    from debugtune.engine.prevent.lint import Linter
+    from debugtune.engine.prevent.rules import PreventionRule
+    from debugtune.kg import open_store
+    from debugtune.kg.knowledge import load_knowledge
+
+    if OUT.exists():
+        OUT.unlink()  # re-derive from the written rules only
+    store = open_store(None)
+    load_knowledge(store)
+    linter = Linter.from_store(store)
+    checks = lint_coverage.extract("megatron", args.megatron)
+    lint_coverage.match(checks, linter)
+    keys = linter.registry.for_framework("megatron")
+    table = lint_coverage._canonical("megatron", linter.registry)
+    corpus = [(e, e.local(args.corpus_cache)) for e in read_manifest() if e.framework == "megatron"]
+    corpus_docs = []
+    for e, path in corpus:
+        try:
+            corpus_docs.append((linter.read(str(path), env=e.environment(), version=e.version or None),
+                                e.version or None))
+        except Exception:  # noqa: BLE001 - a file the reader refuses is not a place a rule can fire
+            continue
+    valid_docs = [(linter.read(str(p)), None) for p in sorted(VALID_CONFIGS.iterdir())]
+    valid_docs = [(d, v) for d, v in valid_docs if d.framework == "megatron"]
+    kept, reasons = [], {}
+    for c in checks:
+        if not c.config_only or c.rules:
+            continue
+        root = "args" if c.file.endswith("arguments.py") else "self"
+        if c.file.endswith("parallel_state.py"):
+            reasons[c.id] = "parameters of initialize_model_parallel"
+            continue
+        assigned = _assigned_before(args.megatron / c.file, c.function, c.line, root)
+        if "*" in assigned or set(c.keys) & assigned:
+            reasons[c.id] = "reads a value the function computes before the check"
+            continue
+        tr = Translator(keys, table, root)
+        try:
+            cond = failure(c.conditions, c.kind)
+            query = tr.query(cond)
+            found = examples(tr, cond)
+        except (Unsupported, SyntaxError, KeyError) as err:
+            reasons[c.id] = f"not translated: {str(err)[:80]}"
+            continue
+        if found is None:
+            reasons[c.id] = "no example found"
+            continue
+        bad, good = (render(tr, a) for a in found)
+        if not bad or not good or bad == good:
+            reasons[c.id] = "examples not expressible on the command line"
+            continue
+        rid = f"{_PREFIX[c.file.rsplit('/', 1)[-1]]}{c.line}"
+        first = _first_release(c, args.tags_root)
+        rule = PreventionRule(iri=f"https://w3id.org/debugtune/kb/prevention/{rid}", rule_id=rid, severity="error",
+                              message="", fix="", framework="megatron", query=query, min_version=first)
+        probe = Linter(linter.registry, [rule], linter.derivations)
+        try:
+            fires = rid in probe.lint_path("<bad>", text=bad).rule_ids()
+            quiet = rid not in probe.lint_path("<good>", text=good).rule_ids()
+        except Exception as err:  # noqa: BLE001
+            reasons[c.id] = f"example unreadable: {err}"
+            continue
+        if not (fires and quiet):
+            reasons[c.id] = "the linter disagrees with the check on the examples"
+            continue
+        hit = next((d.path for d, v in valid_docs + corpus_docs
+                    if rid in probe.lint_doc(d, version=v).rule_ids()), None)
+        if hit is not None:
+            reasons[c.id] = f"would fire on a valid configuration ({hit})"
+            continue
+        kept.append((c, rid, first, query, cond, tr, bad, good))
+    OUT.write_text(_turtle(kept))
+    print(f"encoded {len(kept)} checks into {OUT}; left out {len(reasons)}", file=sys.stderr)
+    for k, v in sorted(reasons.items()):
+        print(f"  {k}: {v}", file=sys.stderr)
+    return 0
+
+
+def _lit(text: str) -> str:
+    return '"""' + text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"') + '"""' if "\n" in text or '"' in text \
+        else json.dumps(text)
+
+
+def _turtle(kept: list[Any]) -> str:
+    head = ["@prefix dt:   <https://w3id.org/debugtune#> .", "@prefix dct:  <http://purl.org/dc/terms/> .",
+            "@prefix skos: <http://www.w3.org/2004/02/skos/core#> .",
+            "@prefix pr:   <https://w3id.org/debugtune/kb/prevention/> .", "",
+            "# Megatron-LM's own configuration checks, translated from validate_args and TransformerConfig of",
+            "# NVIDIA/Megatron-LM main @ d98e8a6 by bench/lint_framework_rules.py (regenerate, do not edit): each",
+            "# rule fails where the check fails, with examples found by evaluating the check itself, and stays quiet",
+            "# on the valid reference configurations and the real corpus. dt:encodesCheck names the check.", ""]
+    out = head
+    for c, rid, first, query, cond, tr, bad, good in kept:
+        base = c.file.rsplit("/", 1)[-1]
+        words = tr.words(cond)
+        keys = list(tr.used)
+        version = f'\n    dt:minVersion "{first}" ;' if first else ""
+        label = json.dumps(f"{c.function.rsplit('.', 1)[0]} check at {base}:{c.line}")
+        message = _lit(f"Megatron-LM stops at start-up ({c.function}, {base}:{c.line}): it refuses " + words)
+        out.append(
+            f'pr:{rid} a dt:PreventionRule ; dt:ruleId "{rid}" ; dt:framework "megatron" ;\n'
+            f'    skos:prefLabel {label}@en ;\n'
+            f'    dt:ruleSeverity "error" ; dt:errorClass "{_error_class(keys, ast.unparse(cond))}" ;{version}\n'
+            f'    dt:message {message} ;\n'
+            f'    dt:fix {_lit("Change the arguments so that this no longer holds: " + words)} ;\n'
+            f'    dt:askQuery {_lit(query)} ;\n'
+            f'    dt:exampleViolating {_lit(bad)} ;\n'
+            f'    dt:examplePassing {_lit(good)} ;\n'
+            f'    dt:encodesCheck "{c.id}" ;\n'
+            f'    dct:source <https://github.com/NVIDIA/Megatron-LM/blob/d98e8a6/{c.file}#L{c.line}> .\n')
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,10 +30,11 @@ time that really rose, or a rank that really waited, is the machine and not the 
 healthy-quiet rule on real profiler traces and planted faults (bench/trace_agreement.py), not here."""
 
 
-PRESENTATION = {"gradient.forward_signal": lambda overrides: overrides.get("init_scale", 0.0) < 1.0}
+PRESENTATION = {"gradient.forward_signal": lambda overrides: overrides.get("init_scale", 0.0) < 1.0,
+                "gradient.init_scale": lambda overrides: overrides.get("init_scale", 0.0) > 1.0}
 """Detectors that measure one presentation of their signature fault: a forward signal vanishes under a shrinking
 initialisation; the families where Adam or normalisation undo a small one get a too-large init instead (see
-debugtune/scenarios/faults.py), which shows as exploding gradients or saturation."""
+debugtune/scenarios/faults.py), which the gains at attach show."""
 
 
 def _local(iri: str) -> str:

@@ -202,6 +202,20 @@ def plateau(ctx: Context, data: ConvergenceData, out: Emit) -> None:
                          "convergence.plateau", max(onset, curve.judge_from, w)), (curve.steps, trend))
 
 
+def _fano_bound(acc: np.ndarray, classes: float) -> np.ndarray:
+    """h(a) + (1 − a)·ln(K − 1): the cross-entropy of a calibrated classifier with accuracy ``a`` over K classes."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.clip(acc, 1e-9, 1 - 1e-9)
+        return -(p * np.log(p) + (1 - p) * np.log1p(-p)) + (1 - acc) * np.log(max(classes - 1, 1.0))
+
+
+def _squashed_floor(classes: float) -> float:
+    """ln(1 + (K − 1)/e): the least cross-entropy over K classes when what reaches a from-logits loss lies in
+    [0, 1] (a softmax or sigmoid applied first): the true class gets at most e/(e + K − 1). K, a count, is the
+    estimate rounded to the nearest integer (an estimate that errs high raises the floor: fewer runs judged)."""
+    return float(np.log1p((max(np.rint(classes), 2.0) - 1.0) / np.e))
+
+
 def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """The loss stays above the cross-entropy of a calibrated classifier with the same accuracy.
 
@@ -210,9 +224,12 @@ def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     at the first steps (an untrained model is no better than chance, so e^loss ≥ K: the bound errs high).
     A model that has learned (accuracy above chance, loss below its start) yet stays above that bound is
     under-confident: its outputs are squashed before the loss (a softmax fed to a from-logits loss).
+    Without a training accuracy the evaluation's loss and accuracy are compared instead (``_underconfident_on_eval``).
     """
-    th, view, curve = ctx.th, ctx.view, data.curve
-    s, acc = view.series("accuracy")
+    th, curve = ctx.th, data.curve
+    if not ctx.view.has("accuracy"):
+        return _underconfident_on_eval(ctx, curve, out)
+    s, acc = ctx.view.series("accuracy")
     acc = ffill(acc)
     if not np.isfinite(acc).any():
         raise NotJudged("every recorded accuracy is NaN")
@@ -221,9 +238,7 @@ def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     loss = smooth(curve.loss, w)
     start = float(np.median(curve.loss[: min(3, curve.n)]))
     classes = _classes(curve)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p = np.clip(a, 1e-9, 1 - 1e-9)
-        bound = -(p * np.log(p) + (1 - p) * np.log1p(-p)) + (1 - a) * np.log(max(classes - 1, 1.0))
+    bound = _fano_bound(a, classes)
     learned = (loss < start) & (a > th["convergence.underconfident.chance_factor"] / classes)
     over = learned & (loss - bound >= th["convergence.underconfident.excess"]) & \
         (loss >= th["convergence.underconfident.ratio"] * bound)
@@ -239,13 +254,67 @@ def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     onset = first_run(learned & (loss > bound), persist)
     flagged = curve.judge_from if flagged is None else flagged
     onset = flagged if onset is None else min(onset, flagged)
+    _emit_underconfident(ctx, curve, out, onset, flagged, tail_loss, tail_acc, tail_bound, classes,
+                         {"accuracy_source": "training"}, (curve.steps, loss - bound))
+
+
+def _underconfident_on_eval(ctx: Context, curve: LossCurve, out: Emit) -> None:
+    """Fano's bound on the evaluation's own loss and accuracy, when no training accuracy is recorded.
+
+    On held-out data a loss above the bound can also mean over-confidence (an over-fitted model is sure and
+    sometimes wrong), and clean evaluation labels make a model trained on noisy ones look unsure. Two facts
+    that need no tuning tell those apart from squashed outputs: a loss fed through a softmax or sigmoid never
+    falls below ``_squashed_floor`` on any batch (an over-fitted model's training loss does), and squashing
+    raises the training loss as much as the evaluation's (label noise raises the training loss above it).
+    """
+    th = ctx.th
+    if not (ctx.view.has("eval_loss") and ctx.view.has("eval_accuracy")):
+        raise NotJudged("no training accuracy, and no evaluation loss and accuracy to judge instead")
+    es, eloss = ctx.view.series("eval_loss")
+    as_, eacc = ctx.view.series("eval_accuracy")
+    steps = np.intersect1d(es, as_)
+    steps = steps[steps >= curve.steps[curve.judge_from]]
+    if steps.size < 2:
+        raise NotJudged(f"{steps.size} evaluations after the early transient, at least 2 are needed")
+    el = eloss[np.searchsorted(es, steps)]
+    ea = np.clip(eacc[np.searchsorted(as_, steps)], 0.0, 1.0)
+    ok = np.isfinite(el) & np.isfinite(ea)
+    steps, el, ea = steps[ok], el[ok], ea[ok]
+    if steps.size < 2:
+        raise NotJudged("fewer than 2 finite evaluations after the early transient")
+    classes = _classes(curve)
+    bound = _fano_bound(ea, classes)
+    start = float(np.median(curve.loss[: min(3, curve.n)]))
+    over = (el < start) & (ea > th["convergence.underconfident.chance_factor"] / classes) & \
+        (el - bound >= th["convergence.underconfident.excess"]) & (el >= th["convergence.underconfident.ratio"] * bound)
+    tail = max(2, int(np.ceil(steps.size * th["convergence.window_frac"])))
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    tail_loss, tail_eval = float(np.median(curve.loss[-w:])), float(np.median(el[-tail:]))
+    floor = _squashed_floor(classes)
+    finite = curve.loss[np.isfinite(curve.loss)]
+    if not (over[-tail:].all() and float(finite.min()) >= floor and tail_loss <= tail_eval):
+        return
+    # the onset is the first evaluation of the trailing run that stays above the bound
+    trailing = int(np.argmax(~over[::-1])) if (~over).any() else steps.size
+    onset = min(int(np.searchsorted(curve.steps, steps[steps.size - trailing])), curve.n - 1)
+    _emit_underconfident(ctx, curve, out, onset, onset, tail_eval, float(np.median(ea[-tail:])),
+                         float(np.median(bound[-tail:])), classes,
+                         {"accuracy_source": "evaluation", "training_loss_min": float(finite.min()),
+                          "squashed_loss_floor": floor, "training_loss_end": tail_loss},
+                         (steps, el - bound))
+
+
+def _emit_underconfident(ctx: Context, curve: LossCurve, out: Emit, onset: int, flagged: int, tail_loss: float,
+                         tail_acc: float, tail_bound: float, classes: float, extra: dict[str, float | str],
+                         trace: tuple[np.ndarray, np.ndarray]) -> None:
+    th = ctx.th
     ratio = tail_loss / max(tail_bound, 1e-9)
     out.add(make_finding(
         "UnderconfidentOutputs", DIM, "", curve.steps, onset, curve.n - 1,
         severity(ratio, th["convergence.underconfident.ratio"], th["convergence.underconfident.ratio"] * 4),
         {"loss_end": tail_loss, "accuracy_end": tail_acc, "calibrated_loss_bound": tail_bound,
-         "excess_nats": tail_loss - tail_bound, "classes_estimate": classes},
-        "convergence.underconfident", flagged), (curve.steps, loss - bound))
+         "excess_nats": tail_loss - tail_bound, "classes_estimate": classes, **extra},
+        "convergence.underconfident", flagged), trace)
 
 
 def _best_accuracy(ctx: Context, window: int) -> float | None:

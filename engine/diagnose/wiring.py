@@ -127,6 +127,27 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
             (steps, np.log10(np.maximum(ffill(ctx.view.series("output_std")[1]), 1e-30))))
 
 
+def init_scale(ctx: Context, data: object, out: Emit) -> None:
+    """At attach the weight layers' gain std(W)·sqrt(fan_in) is far above every standard initialisation's (He's
+    sqrt(2) is the largest): the median over layers, so that one layer with an odd shape (a tied head, a first
+    layer of fan-in 2) does not decide. Only the large side: see the symptom's definition."""
+    g = ctx.view.by_entity("init_gain")
+    gains = g.values[:, 0] if g.values.size else np.zeros(0)
+    gains = gains[np.isfinite(gains)]
+    if gains.size == 0:
+        raise NotJudged("no finite init_gain at attach")
+    median, limit = float(np.median(gains)), ctx.th["gradient.init_scale.max_gain"]
+    if median <= limit:
+        return
+    names = [str(n) for n, v in zip(g.labels, g.values[:, 0], strict=True) if np.isfinite(v) and v > limit]
+    steps = g.steps
+    out.add(make_finding("InitWeightsTooLarge", "gradient", "", steps, 0, steps.size - 1,
+                         severity(median / limit, 1.0, 8.0),
+                         {"init_gain_median": median, "layers_above": len(names), "layers": len(gains),
+                          "first_layers_above": ",".join(names[:4])}, "gradient.init_scale", 0),
+            (steps, np.full(steps.size, median)))
+
+
 def _optimized_layers(ctx: Context) -> set[str] | None:
     """Layers whose parameters the optimizer holds (``in_optimizer`` = 1 at the first step), None when unknown."""
     if not ctx.view.has("in_optimizer"):

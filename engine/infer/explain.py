@@ -81,6 +81,18 @@ def _update_ratio(f: Finding) -> str:
 _OUTPUT_KIND = {"softmax": "probabilities (rows summing to 1)", "relu": "rectified (non-negative, many exact zeros)",
                 "sigmoid": "squashed into (0, 1)"}
 
+def _underconfident(f: Finding) -> str:
+    on_eval = f.evidence.get("accuracy_source") == "evaluation"
+    text = (f"the {'evaluation ' if on_eval else ''}loss stayed at {_g(f.evidence, 'loss_end'):.3g} from step "
+            f"{f.onset_step} while the {'evaluation ' if on_eval else ''}accuracy reached "
+            f"{_g(f.evidence, 'accuracy_end'):.0%}, {_g(f.evidence, 'excess_nats'):.2f} nats above the "
+            f"{_g(f.evidence, 'calibrated_loss_bound'):.3g} of a calibrated model")
+    if on_eval:
+        text += (f"; the training loss never fell below {_g(f.evidence, 'squashed_loss_floor'):.3g}, the least a "
+                 f"softmax or sigmoid in front of the loss allows")
+    return text
+
+
 PHRASES: dict[str, Callable[[Finding], str]] = {
     "ExpertImbalance": _expert,
     "RouterGradVanishing": _router,
@@ -99,10 +111,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                               + (f" at learning rate {_g(f.evidence, 'lr_median'):.1e}" if "lr_median" in f.evidence
                                  else "")),
     "NaNOrInf": lambda f: f"NaN/Inf values first appeared at step {f.onset_step}{_where(f)}",
-    "UnderconfidentOutputs": lambda f: (f"the loss stayed at {_g(f.evidence, 'loss_end'):.3g} from step {f.onset_step} "
-                                        f"while the accuracy reached {_g(f.evidence, 'accuracy_end'):.0%}, "
-                                        f"{_g(f.evidence, 'excess_nats'):.2f} nats above the "
-                                        f"{_g(f.evidence, 'calibrated_loss_bound'):.3g} of a calibrated model"),
+    "UnderconfidentOutputs": _underconfident,
     "GradientVanishing": lambda f: (f"every layer's gradient norm was {_g(f.evidence, 'last_layer_norm'):.1e} or less "
                                     f"from step {f.onset_step} while the loss had not converged"
                                     if f.evidence.get("all_layers") else
@@ -183,6 +192,8 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "ForwardSignalVanishing": lambda f: (f"at the first step the model's output was "
                                          f"{_g(f.evidence, 'end_to_end_gain'):.1e} of its input's scale "
                                          f"(output std {_g(f.evidence, 'output_std'):.1e})"),
+    "InitWeightsTooLarge": lambda f: (f"at attach the weight layers' gain std(W)·sqrt(fan_in) was "
+                                      f"{_g(f.evidence, 'init_gain_median'):.3g} (median; He's init gives 1.41)"),
     "StaleGradients": lambda f: (f"the gradients were not zeroed on {_g(f.evidence, 'stale_step_share'):.0%} of the "
                                  f"steps (the previous step's gradient was still in .grad at the next backward)"),
     "ParametersNotOptimized": lambda f: (f"{int(_g(f.evidence, 'layers_not_optimized'))} layer(s) (first {f.entity}) "

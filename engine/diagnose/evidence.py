@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from scipy.stats import beta
+from scipy.special import betaincinv
 
 from debugtune.engine.diagnose.base import Context
 
@@ -26,7 +26,7 @@ def weight(ctx: Context, hits: int, trials: int) -> float:
     if trials <= 0:
         return 0.0
     hits = min(max(int(hits), 0), int(trials))
-    return float(beta.ppf(ctx.th["diagnose.evidence.quantile"], hits + 0.5, trials - hits + 0.5))
+    return float(betaincinv(hits + 0.5, trials - hits + 0.5, ctx.th["diagnose.evidence.quantile"]))  # Beta ppf
 
 
 def level(ctx: Context, w: float) -> str:

@@ -322,11 +322,29 @@ def _activation_grid(ctx: Context, consumer: str, module: str, fallback: str | N
     return metric, view.by_entity(metric)
 
 
+_LOOKUP_TABLES = ("Embedding", "EmbeddingBag")
+
+
+def _without_lookup_tables(ctx: Context, grid: Grid) -> Grid:
+    """``grid`` without the rows of embedding layers (run.json ``probe.layer_kinds``): the gradient of a lookup
+    table is zero on the rows of every token absent from the batch, by construction, not because units died."""
+    kinds = (ctx.meta.get("probe") or {}).get("layer_kinds") or {}
+    keep = [i for i, n in enumerate(grid.labels) if kinds.get(str(n)) not in _LOOKUP_TABLES]
+    if len(keep) == len(grid.labels):
+        return grid
+    if not any(grid.labels[i] for i in keep):
+        raise NotJudged("only embedding layers have grad_zero_frac: their rows are zero for tokens absent "
+                        "from the batch")
+    return Grid(grid.metric, tuple(grid.labels[i] for i in keep), grid.steps, grid.values[keep])
+
+
 def dead_units(ctx: Context, data: GradientData, out: Emit) -> None:
     """Units that output zero for every sample (dying ReLU), seen as input features of the next layer that are zero
     across the batch, else as zero activations or zero gradient entries."""
     th = ctx.th
     metric, grid = _activation_grid(ctx, "act_in_dead_frac", "act_zero_frac", "grad_zero_frac")
+    if metric == "grad_zero_frac":
+        grid = _without_lookup_tables(ctx, grid)
     need_steps(ctx, grid.steps, metric)
     limit = th[f"gradient.dead_units.{metric}"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.dead_units")

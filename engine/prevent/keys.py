@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from debugtune.engine.prevent.vocab import ANY, FRAMEWORKS, parse_version
 from debugtune.kg.namespaces import DT
 from debugtune.kg.results import to_python
 from debugtune.kg.store import Store
-
-from .vocab import ANY, FRAMEWORKS, parse_version
 
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
                "on": True, "off": False}

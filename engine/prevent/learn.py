@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from debugtune import cases
+from debugtune.engine.prevent.errors import LintError
+from debugtune.engine.prevent.keys import KeyRegistry, guess_scalar
+from debugtune.engine.prevent.lint import Linter
+from debugtune.engine.prevent.rules import PreventionRule, load_derivations
+from debugtune.engine.prevent.vocab import ANY
 from debugtune.kg.assertions import read_hypotheses
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import DCT, DT, GRAPH_LOCAL, KB, SKOS, local_name, run_base
@@ -26,12 +31,6 @@ from debugtune.kg.records import Hypothesis
 from debugtune.kg.results import to_python
 from debugtune.kg.sparql import iri, literal
 from debugtune.kg.store import Store
-
-from .errors import LintError
-from .keys import KeyRegistry, guess_scalar
-from .lint import Linter
-from .rules import PreventionRule, load_derivations
-from .vocab import ANY
 
 LEARNED_BASE = KB + "prevention/learned/"
 _PLACEHOLDER = re.compile(r"\{(key|from|to|from_yaml|to_yaml|framework|cause|remedy|run)\}")

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.prevent.errors import LintError
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import KB, local_name
 from debugtune.kg.sparql import iri
 from debugtune.kg.store import Store
-
-from .errors import LintError
 
 ROUTER_SEGMENT = re.compile(r"^(router|gate|gating|wg)$")
 """A module path segment that names an MoE router (``blocks.0.moe.router.gate``, Mixtral's ``...moe.gate``,

@@ -7,11 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from debugtune.engine.prevent.vocab import ANY, Version, in_range
 from debugtune.kg.namespaces import DCT, DT, KB, SKOS
 from debugtune.kg.results import to_python
 from debugtune.kg.store import Store
-
-from .vocab import ANY, Version, in_range
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Pa
         check_run_id(run_id)
     except ValueError:
         raise DiagnoseError(f"nothing diagnosed: {run_id} is neither an existing directory nor a run id") from None
-    rows = store.query(f"""SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId "{run_id}" ; dt:runDir ?dir }}""")
+    rows = store.select(f"""SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId "{run_id}" ; dt:runDir ?dir }}""")
     for d in rows.column("dir"):
         if d and Path(d).is_dir():
             return Path(d), None

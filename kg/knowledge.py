@@ -75,14 +75,14 @@ def is_current(store: Store, sources: Sequence[KnowledgeSource] | None = None) -
 
 
 def _stored_digest(store: Store, graph: str) -> str | None:
-    rows = store.query(
+    rows = store.select(
         f"SELECT ?h WHERE {{ GRAPH <{graph}> {{ <{graph}> <{DT}contentHash> ?h }} }}", prefixes=False)
     return rows.scalar()
 
 
 def class_counts(store: Store) -> dict[str, int]:
     """Instances per dt: class over all graphs (knowledge items, findings, cases, ...)."""
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?c (COUNT(DISTINCT ?x) AS ?n) WHERE {{
           GRAPH <{GRAPH_ONTOLOGY}> {{ ?c a <http://www.w3.org/2002/07/owl#Class> }}
           FILTER(STRSTARTS(STR(?c), "{DT}"))
@@ -93,7 +93,7 @@ def class_counts(store: Store) -> dict[str, int]:
 
 def thresholds(store: Store) -> dict[str, float]:
     """Every ``dt:Threshold`` as key → value (numbers as float)."""
-    rows = store.query("""
+    rows = store.select("""
         SELECT ?k ?v WHERE { ?t a dt:Threshold ; dt:thresholdKey ?k ; dt:value ?v }""")
     out: dict[str, float] = {}
     for r in rows.dicts():

@@ -68,7 +68,7 @@ def _existing(store: Store, subjects: Sequence[str]) -> dict[str, list[Statement
     graphs = ", ".join(iri(g) for g in (GRAPH_ONTOLOGY, GRAPH_KB, GRAPH_LOCAL))
     for i in range(0, len(subjects), _BATCH):
         values = " ".join(iri(s) for s in subjects[i:i + _BATCH])
-        rows = store.query(f"""SELECT ?s ?p ?o ?g WHERE {{ VALUES ?s {{ {values} }} GRAPH ?g {{ ?s ?p ?o }}
+        rows = store.select(f"""SELECT ?s ?p ?o ?g WHERE {{ VALUES ?s {{ {values} }} GRAPH ?g {{ ?s ?p ?o }}
             FILTER(?g IN ({graphs}) || (STRSTARTS(STR(?g), {literal(PACKAGE_GRAPH_PREFIX)})
                                         && STRSTARTS(STR(?s), {literal(_OURS)}))) }}""", prefixes=False)
         for s, p, o, g in rows.rows:

@@ -38,7 +38,7 @@ def _types(store: Store, iris: Sequence[str]) -> list[ox.Triple]:
     out: list[ox.Triple] = []
     for i in range(0, len(iris), _BATCH):
         values = " ".join(iri(x) for x in iris[i:i + _BATCH])
-        result = store.query(f"SELECT DISTINCT ?s ?t WHERE {{ VALUES ?s {{ {values} }} {_KNOWLEDGE} "
+        result = store.select(f"SELECT DISTINCT ?s ?t WHERE {{ VALUES ?s {{ {values} }} {_KNOWLEDGE} "
                              "GRAPH ?g { ?s a ?t } }", prefixes=False)
         out += [ox.Triple(s, _TYPE, t) for s, t in result.rows if isinstance(t, ox.NamedNode)]
     return out

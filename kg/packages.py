@@ -155,12 +155,12 @@ def check_package(store: Store, files: Mapping[str, bytes], source: str,
 
 def is_imported(store: Store, digest: str) -> bool:
     """Whether the package with this content hash has a graph in the store."""
-    return bool(store.query(f"ASK {{ GRAPH {iri(package_graph(digest))} {{ ?s ?p ?o }} }}", prefixes=False))
+    return bool(store.ask(f"ASK {{ GRAPH {iri(package_graph(digest))} {{ ?s ?p ?o }} }}", prefixes=False))
 
 
 def _graph_holding_case(store: Store, case_digest: str) -> str | None:
     """The package graph that already holds a case graph with this hash, if any."""
-    rows = store.query(f"SELECT ?g WHERE {{ GRAPH ?g {{ ?root a dt:CasePackage ; dct:hasPart "
+    rows = store.select(f"SELECT ?g WHERE {{ GRAPH ?g {{ ?root a dt:CasePackage ; dct:hasPart "
                        f"{iri(case_graph_node(case_digest).value)} }} }} LIMIT 1").rows
     return str(rows[0][0].value) if rows else None
 
@@ -170,7 +170,7 @@ def _cases_held(store: Store, cases: Sequence[str]) -> list[tuple[str, str]]:
     if not cases:
         return []
     values = " ".join(iri(c) for c in cases)
-    rows = store.query(f"SELECT ?case ?g WHERE {{ VALUES ?case {{ {values} }} GRAPH ?g {{ ?case a dt:Case }} }} "
+    rows = store.select(f"SELECT ?case ?g WHERE {{ VALUES ?case {{ {values} }} GRAPH ?g {{ ?case a dt:Case }} }} "
                        "ORDER BY ?case ?g").rows
     return [(str(c.value), str(g.value)) for c, g in rows]
 
@@ -252,7 +252,7 @@ def _import(store: Store, source: str, allow_clash: bool, importer: str | None,
 
 def imported_packages(store: Store) -> list[dict[str, Any]]:
     """Every imported package: graph, root, content hash, name, when and by whom it was imported."""
-    return store.query(f"""SELECT ?graph ?root ?hash ?name ?when ?importer WHERE {{ GRAPH ?graph {{
+    return store.select(f"""SELECT ?graph ?root ?hash ?name ?when ?importer WHERE {{ GRAPH ?graph {{
           ?root a dt:CasePackage ; dt:contentHash ?hash ; prov:wasGeneratedBy ?a .
           OPTIONAL {{ ?root {iri(SCHEMA + 'name')} ?name }}
           OPTIONAL {{ ?a prov:endedAtTime ?when }}

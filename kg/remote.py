@@ -95,7 +95,7 @@ class RemoteStore(Store):
         self.update("INSERT DATA {\n" + "\n".join(blocks) + "\n}", prefixes=False)
 
     def graphs(self):
-        rows = self.query("SELECT DISTINCT ?g WHERE { GRAPH ?g { } }", prefixes=False)
+        rows = self.select("SELECT DISTINCT ?g WHERE { GRAPH ?g { } }", prefixes=False)
         return sorted(v for v in rows.column("g") if isinstance(v, str) and not v.startswith("_:"))
 
     def clear(self, graph=None):

@@ -16,15 +16,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyoxigraph as ox
 
 from debugtune.kg.errors import KgError, RdfSyntaxError, SparqlSyntaxError, StoreLockedError
 from debugtune.kg.namespaces import SPARQL_PREFIXES
-from debugtune.kg.results import GraphResult, QueryResult, from_oxigraph
+from debugtune.kg.results import AskResult, GraphResult, QueryResult, SelectResult, from_oxigraph
 from debugtune.kg.sparql import iri
-from debugtune.kg.sparql_scan import names_dataset
+from debugtune.kg.sparql_scan import names_dataset, query_form
 
 _EXT_FORMATS = {
     ".ttl": ox.RdfFormat.TURTLE, ".turtle": ox.RdfFormat.TURTLE, ".nt": ox.RdfFormat.N_TRIPLES,
@@ -153,6 +153,29 @@ class Store(ABC):
               prefixes: bool = True) -> QueryResult:
         """Run a SPARQL query. Without a dataset, the default graph is the union of all graphs."""
 
+    def select(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+               named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+               prefixes: bool = True) -> SelectResult:
+        """Run a SELECT query (a query of another form is a `KgError`, before it runs)."""
+        result = self.query(_form(sparql, "SELECT"), default_graph=default_graph, named_graphs=named_graphs,
+                            base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, SelectResult, sparql)
+
+    def ask(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+            named_graphs: Sequence[str] | None = None, base_iri: str | None = None, prefixes: bool = True) -> bool:
+        """Run an ASK query; its answer."""
+        result = self.query(_form(sparql, "ASK"), default_graph=default_graph, named_graphs=named_graphs,
+                            base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, AskResult, sparql).value
+
+    def construct(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+                  named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+                  prefixes: bool = True) -> GraphResult:
+        """Run a CONSTRUCT or DESCRIBE query; its triples."""
+        result = self.query(_form(sparql, "CONSTRUCT", "DESCRIBE"), default_graph=default_graph,
+                            named_graphs=named_graphs, base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, GraphResult, sparql)
+
     @abstractmethod
     def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
         """Run a SPARQL update atomically."""
@@ -207,14 +230,12 @@ class Store(ABC):
             q = "SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } }"
         else:
             q = f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}"
-        return int(self.query(q, prefixes=False).scalar() or 0)
+        return int(self.select(q, prefixes=False).scalar() or 0)
 
     def dump(self, graph: str, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:
         """Serialise one named graph."""
-        result = self.query(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}",
-                            prefixes=False)
-        assert isinstance(result, GraphResult)
-        return result.serialize(fmt)
+        return self.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}",
+                              prefixes=False).serialize(fmt)
 
     def version(self) -> int | None:
         """A number that changes whenever the store's content may have (None: unknown, e.g. a remote store).
@@ -400,6 +421,24 @@ def lock_holder(path: Path) -> str:
         except OSError:
             continue
     return "another process"
+
+
+def _form(sparql: str, *forms: str) -> str:
+    """``sparql`` when its query form is one of ``forms`` (a SELECT passed to `Store.ask` is a caller's bug)."""
+    found = query_form(sparql)
+    if found is not None and found not in forms:
+        raise KgError(f"a {found} query was given where a {' or '.join(forms)} query was expected: "
+                      f"{' '.join(sparql.split())[:120]}")
+    return sparql
+
+
+_R = TypeVar("_R", SelectResult, AskResult, GraphResult)
+
+
+def _typed(result: QueryResult, kind: type[_R], sparql: str) -> _R:
+    if not isinstance(result, kind):
+        raise KgError(f"expected a {kind.__name__} from: {' '.join(sparql.split())[:120]}")
+    return result
 
 
 def _as_items(source: Any) -> list[Any]:

@@ -385,7 +385,7 @@ def base_store() -> Store:
 
 def cause_sources(store: Store) -> dict[str, str]:
     """Cause local name → one of its sources (a generated item cites the cause's own source)."""
-    return {r["c"].rsplit("/", 1)[-1]: r["src"] for r in store.query(
+    return {r["c"].rsplit("/", 1)[-1]: r["src"] for r in store.select(
         "SELECT ?c (SAMPLE(?s) AS ?src) WHERE { ?c a dt:Cause ; dct:source ?s } GROUP BY ?c").dicts()}
 
 

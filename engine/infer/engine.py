@@ -52,7 +52,7 @@ def reportable(model: CausalModel, s: CauseScore) -> bool:
 
 def candidate_causes(store: Store, run_id: str) -> list[str]:
     """Causes the rules derived for the run (``dt:candidateCause`` in the inferred graph)."""
-    rows = store.query(f"""SELECT DISTINCT ?c WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{
+    rows = store.select(f"""SELECT DISTINCT ?c WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{
         {iri(run_base(run_id))} dt:candidateCause ?c }} }}""").column("c")
     return sorted(c[len(KB):] for c in rows if isinstance(c, str) and c.startswith(KB))
 

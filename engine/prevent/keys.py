@@ -239,7 +239,7 @@ class KeyRegistry:
     @classmethod
     def from_store(cls, store: Store) -> KeyRegistry:
         """Read every ``dt:ConfigKey`` of the store (knowledge base and local graph)."""
-        rows = store.query("SELECT ?k ?p ?o WHERE { ?k a dt:ConfigKey ; ?p ?o }")
+        rows = store.select("SELECT ?k ?p ?o WHERE { ?k a dt:ConfigKey ; ?p ?o }")
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
             props[k.value][p.value].append(to_python(o))

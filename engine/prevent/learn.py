@@ -134,7 +134,7 @@ def _scopes(store: Store) -> list[Scope]:
 
 
 def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?r ?key ?from ?to ?eff WHERE {{
           ?r a dt:Remedy ; dt:addresses {iri(KB + cause)} ; dt:configChange ?ch .
           ?ch dt:configKey ?key ; dt:toValue ?to .
@@ -150,7 +150,7 @@ def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
 
 
 def _templates(store: Store) -> list[Template]:
-    rows = store.query("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
+    rows = store.select("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
     props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for t, p, o in rows.rows:
         props[t.value][p.value].append(to_python(o))

@@ -57,7 +57,7 @@ class DerivationRule:
 
 
 def _by_subject(store: Store, cls: str) -> dict[str, dict[str, list[Any]]]:
-    rows = store.query(f"SELECT ?s ?p ?o WHERE {{ ?s a {cls} ; ?p ?o }}")
+    rows = store.select(f"SELECT ?s ?p ?o WHERE {{ ?s a {cls} ; ?p ?o }}")
     out: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for s, p, o in rows.rows:
         values = out[s.value][p.value]

@@ -60,7 +60,7 @@ class CostConstants:
         if missing:
             raise ReportError(f"the knowledge base lacks the cost threshold {PREFIX + missing[0]!r} "
                               f"(cases/thresholds/cost.ttl); reload it with `cann-debug kb`")
-        rows = store.query(f"""SELECT ?k ?src WHERE {{ ?t a dt:Threshold ; dt:thresholdKey ?k ; dct:source ?src .
+        rows = store.select(f"""SELECT ?k ?src WHERE {{ ?t a dt:Threshold ; dt:thresholdKey ?k ; dct:source ?src .
                                FILTER(STRSTARTS(?k, "{PREFIX}")) }} ORDER BY ?k ?src""").dicts()
         sources: dict[str, list[str]] = {}
         for r in rows:

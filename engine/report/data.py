@@ -69,7 +69,7 @@ class ReportData:
 
 
 def _graph_info(store: Store, run_id: str) -> dict[str, Any]:
-    rows = store.query(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+    rows = store.select(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
         {iri(run_base(run_id))} ?p ?o }} }}""").dicts()
     return {local_name(r["p"]): r["o"] for r in rows}
 
@@ -80,7 +80,7 @@ def kb_labels(store: Store, locals_: Iterable[str]) -> dict[str, str]:
     if not names:
         return {}
     values = " ".join(iri(KB + n) for n in names)
-    rows = store.query(f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} ?x skos:prefLabel ?l }}").dicts()
+    rows = store.select(f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} ?x skos:prefLabel ?l }}").dicts()
     return {r["x"][len(KB):]: str(r["l"]) for r in rows}
 
 
@@ -90,7 +90,7 @@ def causal_links(store: Store, nodes: Iterable[str]) -> dict[tuple[str, str], fl
     if not names:
         return {}
     values = " ".join(iri(KB + n) for n in names)
-    rows = store.query(f"""SELECT ?f ?t ?s WHERE {{ VALUES ?f {{ {values} }} VALUES ?t {{ {values} }}
+    rows = store.select(f"""SELECT ?f ?t ?s WHERE {{ VALUES ?f {{ {values} }} VALUES ?t {{ {values} }}
         ?l a dt:CausalLink ; dt:from ?f ; dt:to ?t ; dt:strength ?s }}""").dicts()
     out: dict[tuple[str, str], float] = {}
     for r in rows:

@@ -63,7 +63,7 @@ def reporter_iri(name: str | None = None) -> str:
 
 
 def _earlier(store: Store, case: str, reporter: str) -> str | None:
-    rows = store.query(f"""SELECT ?when WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ ?e a prov:Activity ;
+    rows = store.select(f"""SELECT ?when WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ ?e a prov:Activity ;
         prov:used {iri(case)} ; prov:wasAssociatedWith {iri(reporter)} ; prov:endedAtTime ?when }} }}
         ORDER BY ?when LIMIT 1""").column("when")
     return str(rows[0]) if rows else None

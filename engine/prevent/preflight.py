@@ -115,13 +115,13 @@ CHECKS = (Check("moe.router_init", "RouterBiasedAtInit", "moe.router_init.spread
 
 def _causes_and_fix(store: Store, symptom: str) -> tuple[tuple[str, ...], str]:
     """Causes linked to ``symptom`` (strongest link first) and the most effective remedy of the first one."""
-    rows = store.query(f"""SELECT ?cause ?strength WHERE {{
+    rows = store.select(f"""SELECT ?cause ?strength WHERE {{
         ?l a dt:CausalLink ; dt:from ?cause ; dt:to {iri(KB + symptom)} ; dt:strength ?strength .
         ?cause a dt:Cause }} ORDER BY DESC(?strength) ?cause""").dicts()
     causes = tuple(dict.fromkeys(local_name(r["cause"]) for r in rows))
     if not causes:
         return (), ""
-    fix = store.query(f"""SELECT ?remedy ?label WHERE {{
+    fix = store.select(f"""SELECT ?remedy ?label WHERE {{
         ?remedy a dt:Remedy ; dt:addresses {iri(KB + causes[0])} ; dt:effectiveness ?e .
         OPTIONAL {{ ?remedy skos:prefLabel ?label }} }} ORDER BY DESC(?e) ?remedy LIMIT 1""").dicts()
     if not fix:

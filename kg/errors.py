@@ -26,6 +26,18 @@ class KgError(DebugtuneError):
     """Base class of every knowledge-graph error."""
 
 
+class MissingThresholdError(KgError):
+    """The knowledge base lacks ``dt:Threshold`` keys a computation needs (there is no Python default)."""
+
+    def __init__(self, *keys: str):
+        self.keys = keys
+        self.key = keys[0] if keys else ""
+        names = ", ".join(repr(k) for k in keys)
+        super().__init__(f"threshold{'s' if len(keys) > 1 else ''} {names} not in the knowledge base (define "
+                         f"{'each' if len(keys) > 1 else 'it'} as a dt:Threshold in cases/thresholds/*.ttl and "
+                         "load the knowledge base)")
+
+
 class RdfSyntaxError(KgError):
     """An RDF file or string that does not parse; names the source, line and column."""
 

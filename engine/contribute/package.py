@@ -27,7 +27,6 @@ from typing import Any
 
 from debugtune.engine.contribute.case import Choice, RunFacts, choose, gather
 from debugtune.engine.contribute.case_graph import case_triples, environment, turtle
-from debugtune.engine.contribute.errors import ContributeError
 from debugtune.engine.contribute.sandbox import SCENARIOS, SandboxSpec, Verdict, build_sandbox
 from debugtune.engine.contribute.scrub import Scrubber, identifying_values, local_identity
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
@@ -149,9 +148,7 @@ def contribute(store: Store, run_id: str, out: str | os.PathLike[str], *, run_di
     verdict = None
     if spec is not None:
         key = SCENARIOS[spec.scenario].threshold_key
-        limit = thresholds(store).get(key)
-        if limit is None:
-            raise ContributeError(f"the knowledge base lacks the threshold {key!r} the sandbox claim is checked with")
+        limit = thresholds(store)[key]  # the sandbox claim is checked with it
         sandbox_files, verdict = build_sandbox(spec, limit, scrub, timeout_s=options.sandbox_timeout_s)
     report = {**scrub.report(), "not_included": list(NOT_INCLUDED)}
     parts = _parts(case_iri, turtle(triples), env, report, sandbox_files)

@@ -109,7 +109,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
             advice.append(Hypothesis(s.cause, conf[s.cause], tuple(s.chain), tuple(s.findings),
                                      explanation(model, s, conf[s.cause], ev), rank=len(advice) + 1))
     if causal and conf[causal[0].cause] >= th["infer.report_threshold"]:
-        for s in causal[: th.int("infer.max_hypotheses")]:
+        for s in causal[: th.as_int("infer.max_hypotheses")]:
             c = conf[s.cause]
             if hyps and c < th["infer.list_threshold"]:
                 break

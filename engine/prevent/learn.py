@@ -25,6 +25,7 @@ from debugtune.engine.prevent.lint import Linter
 from debugtune.engine.prevent.rules import PreventionRule, load_derivations
 from debugtune.engine.prevent.vocab import ANY
 from debugtune.kg.assertions import read_hypotheses
+from debugtune.kg.errors import MissingThresholdError
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import DCT, DT, GRAPH_LOCAL, KB, SKOS, local_name, run_base
 from debugtune.kg.records import Hypothesis
@@ -112,11 +113,10 @@ def learn_from_run(store: Store, run_id: str, *, remedy: str | None = None,
 
 def _min_confidence(store: Store) -> float:
     """``prevent.learn_min_confidence`` of the knowledge base (templates.ttl): required, no default here."""
-    found = thresholds(store).get("prevent.learn_min_confidence")
-    if found is None:
-        raise LearnError("the knowledge base has no dt:Threshold prevent.learn_min_confidence "
-                         "(cases/prevention/templates.ttl); load it or pass --min-confidence")
-    return found
+    try:
+        return thresholds(store).require("prevent.learn_min_confidence")["prevent.learn_min_confidence"]
+    except MissingThresholdError as err:  # a lint error, so `cann-debug lint --learn` reports it in one line
+        raise LearnError(f"{err} (cases/prevention/templates.ttl), or pass --min-confidence") from err
 
 
 def _scopes(store: Store) -> list[Scope]:

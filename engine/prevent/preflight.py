@@ -132,13 +132,11 @@ def _causes_and_fix(store: Store, symptom: str) -> tuple[tuple[str, ...], str]:
 
 def preflight(model: Any, store: Store, *, checks: Iterable[Check] = CHECKS) -> PreflightResult:
     """Run ``checks`` on ``model`` with the store's thresholds (the knowledge base must be loaded)."""
-    th = thresholds(store)
+    checks = tuple(checks)
+    th = thresholds(store).require(*(check.threshold_key for check in checks))
     judged: dict[str, tuple[str, ...]] = {}
     findings = []
     for check in checks:
-        if check.threshold_key not in th:
-            raise LintError(f"preflight check {check.id}: the knowledge base lacks the threshold "
-                            f"{check.threshold_key} (load it with load_knowledge)")
         limit = th[check.threshold_key]
         measured = check.measure(model)
         judged[check.id] = tuple(name for name, _v, _e in measured)

@@ -106,14 +106,15 @@ class Vocabulary:
         """The id of the run a query names (by id, or by run directory for a quoted path)."""
         if run.path is not None:
             return self._run_by_path(run)
+        run_id = run.id or ""  # a reference without a path has an id (the grammar); "" fails the check
         try:
-            check_run_id(run.id or "")
+            check_run_id(run_id)
         except ValueError:
-            raise DslNameError("run", run.id or "", (), run.pos.line, run.pos.column) from None
-        if not self.store.ask(f"ASK {{ GRAPH {iri(run_graph(run.id))} {{ {iri(run_base(run.id))} "
-                                f"a dt:TrainingRun }} }}"):
-            raise DslNameError("run", run.id, suggestions(run.id, self.run_ids()), run.pos.line, run.pos.column)
-        return run.id
+            raise DslNameError("run", run_id, (), run.pos.line, run.pos.column) from None
+        if not self.store.ask(f"ASK {{ GRAPH {iri(run_graph(run_id))} {{ {iri(run_base(run_id))} "
+                              f"a dt:TrainingRun }} }}"):
+            raise DslNameError("run", run_id, suggestions(run_id, self.run_ids()), run.pos.line, run.pos.column)
+        return run_id
 
     def run_ids(self) -> list[str]:
         return self.store.select("SELECT DISTINCT ?id WHERE { ?r a dt:TrainingRun ; dt:runId ?id }").column("id")

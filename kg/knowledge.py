@@ -112,6 +112,9 @@ class Thresholds(Mapping[str, float]):
         except KeyError:
             raise MissingThresholdError(key) from None
 
+    def __contains__(self, key: object) -> bool:  # not through __getitem__: a missing key is no error here
+        return key in self._values
+
     def get(self, key: str) -> float | None:  # type: ignore[override]  # no default: see the class docstring
         return self._values.get(key)
 

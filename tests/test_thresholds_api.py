@@ -42,6 +42,7 @@ def test_require_names_every_missing_key(shipped):
 def test_no_default_can_be_given():
     th = Thresholds({"a.window": 4.6})
     assert th.as_int("a.window") == 5 and th.get("a.window") == 4.6 and th.get("b") is None
+    assert "a.window" in th and "b" not in th
     with pytest.raises(TypeError):
         th.get("b", 0.5)  # type: ignore[call-arg]
     assert not hasattr(th, "int")

@@ -150,12 +150,11 @@ class Probe:
         except BaseException:  # attach fails whole: no hook is left behind
             self._detach()
             raise
-        if hardware_interval is None:  # the knowledge base's cadence; without it the sampler is off (noted)
+        if hardware_interval is None:  # the knowledge base's cadence; a caller's table without it: the sampler's
             hardware_interval = th.get(SAMPLE_INTERVAL_KEY)
-            if hardware and hardware_interval is None:
-                self.disabled["hardware"] = f"no threshold {SAMPLE_INTERVAL_KEY!r}"
-        self.sampler = self._start_sampler(float(hardware_interval)) \
-            if hardware and hardware_interval is not None else None
+            if hardware_interval is None:
+                hardware_interval = HardwareSampler.DEFAULT_INTERVAL_S
+        self.sampler = self._start_sampler(float(hardware_interval)) if hardware else None
         atexit.register(self.close)  # a probe never closed still flushes its telemetry at exit
         self.set_meta()
 

@@ -243,14 +243,14 @@ class KeyRegistry:
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
             props[k.value][p.value].append(to_python(o))
-        eps = store.query("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
+        eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
             ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
             OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } }
             GROUP BY ?e ?path ?fw ?ext ?mode""").dicts()
         entry_points = [EntryPoint(str(r["path"]), str(r["fw"]), bool(r["ext"]),
                                    tuple(sorted(filter(None, str(r["groups"] or "").split("\n")))),
                                    str(r["mode"] or "training")) for r in eps]
-        variables = store.query("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
+        variables = store.select("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
         return cls((_spec(v) for v in props.values() if v.get(DT + "key")), entry_points, map(str, variables))
 
 

@@ -120,11 +120,11 @@ def _min_confidence(store: Store) -> float:
 
 
 def _scopes(store: Store) -> list[Scope]:
-    rows = store.query("""SELECT ?s ?pattern ?fw ?cond ?key ?ex WHERE {
+    rows = store.select("""SELECT ?s ?pattern ?fw ?cond ?key ?ex WHERE {
         ?s a dt:RuleScope ; dt:scopeCondition ?n . ?n dt:framework ?fw ; dt:pattern ?cond ; dt:scopeKey ?key ;
            dt:exampleSettings ?ex . OPTIONAL { ?s dt:scopeKeyPattern ?pattern } }""").dicts()
     causes = defaultdict(set)
-    for r in store.query("SELECT ?s ?c WHERE { ?s a dt:RuleScope ; dt:scopeCause ?c }").dicts():
+    for r in store.select("SELECT ?s ?c WHERE { ?s a dt:RuleScope ; dt:scopeCause ?c }").dicts():
         causes[r["s"]].add(local_name(r["c"]))
     out: dict[str, Scope] = {}
     for r in rows:

@@ -101,7 +101,7 @@ def causal_links(store: Store, nodes: Iterable[str]) -> dict[tuple[str, str], fl
 
 def correlations(store: Store, run_id: str) -> list[CorrelationEdge]:
     """The correlation graph the diagnosis stored (``dt:CorrelationEdge`` between two findings), strongest first."""
-    rows = store.query(f"""SELECT ?a ?b ?lag ?r WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+    rows = store.select(f"""SELECT ?a ?b ?lag ?r WHERE {{ GRAPH {iri(run_graph(run_id))} {{
         ?e a dt:CorrelationEdge ; dt:findingA ?fa ; dt:findingB ?fb ; dt:lagSteps ?lag ; dt:correlation ?r .
         ?fa dt:findingId ?a . ?fb dt:findingId ?b }} }}""").dicts()
     edges = [CorrelationEdge(a=r["a"], b=r["b"], lag_steps=int(r["lag"]), correlation=float(r["r"])) for r in rows]
@@ -193,7 +193,7 @@ def gather(store: Store, run_id: str, *, run_dir: str | Path | None = None, card
         links=causal_links(store, nodes), telemetry=tel, telemetry_note=tel_note,
         suggestion_note=suggestion_note, maximize=frozenset(maximize))
     data.correlations = correlations(store, run_id)
-    data.min_hardware_samples = int(thresholds(store).get(MIN_HARDWARE_SAMPLES, 0))
+    data.min_hardware_samples = thresholds(store).as_int(MIN_HARDWARE_SAMPLES)
     constants = CostConstants.from_store(store).override(card_hour_price=card_hour_cost)
     data.cost, data.cost_note = _cost(data, constants)
     return data

@@ -77,7 +77,8 @@ def is_current(store: Store, sources: Sequence[KnowledgeSource] | None = None) -
 def _stored_digest(store: Store, graph: str) -> str | None:
     rows = store.select(
         f"SELECT ?h WHERE {{ GRAPH <{graph}> {{ <{graph}> <{DT}contentHash> ?h }} }}", prefixes=False)
-    return rows.scalar()
+    found = rows.scalar()
+    return found if isinstance(found, str) else None
 
 
 def class_counts(store: Store) -> dict[str, int]:

@@ -105,6 +105,7 @@ _TRIPLE_TERM = re.compile(rb"<<|>>")
 
 def rdf_nesting(data: bytes, fmt: ox.RdfFormat) -> int:
     """How deep ``data`` nests what Oxigraph's parser recurses on (an upper bound; cheap when there is none)."""
+    opening: tuple[bytes, ...]
     if fmt == ox.RdfFormat.JSON_LD:
         marks, opening = _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", data)), (b"[", b"{")
     elif b"<<" in data:
@@ -269,7 +270,8 @@ class OxigraphStore(Store):
         self.path = None if path is None else Path(path)
         self.read_only = read_only and path is not None
         self.target = "memory" if path is None else str(self.path)
-        if path is None:
+        self._store: ox.Store | None
+        if self.path is None:
             self._store = ox.Store()
             return
         if self.read_only:
@@ -297,9 +299,17 @@ class OxigraphStore(Store):
     @property
     def raw(self) -> ox.Store:
         """The underlying pyoxigraph store (for the protocol router and benchmarks)."""
+        return self._live
+
+    @property
+    def _live(self) -> ox.Store:
+        if self._store is None:
+            raise KgError(f"{self.target}: the store is closed")
         return self._store
 
-    def query(self, sparql, *, default_graph=None, named_graphs=None, base_iri=None, prefixes=True):
+    def query(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+              named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+              prefixes: bool = True) -> QueryResult:
         text = with_prefixes(sparql) if prefixes else sparql
         kwargs: dict[str, Any] = {"base_iri": base_iri}
         if default_graph is None and named_graphs is None:
@@ -310,16 +320,16 @@ class OxigraphStore(Store):
             if named_graphs is not None:
                 kwargs["named_graphs"] = [ox.NamedNode(g) for g in named_graphs]
         try:
-            return from_oxigraph(self._store.query(text, **kwargs))
+            return from_oxigraph(self._live.query(text, **kwargs))
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
-    def update(self, sparql, *, base_iri=None, prefixes=True):
+    def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
         self._writable()
         text = with_prefixes(sparql) if prefixes else sparql
         try:
             with writing():
-                self._store.update(text, base_iri=base_iri)
+                self._live.update(text, base_iri=base_iri)
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
@@ -327,26 +337,26 @@ class OxigraphStore(Store):
         if self.read_only:
             raise KgError(f"{self.path}: the store is open read-only; this command cannot write to it")
 
-    def _load_quads(self, quads, *, bulk):
+    def _load_quads(self, quads: list[ox.Quad], *, bulk: bool) -> None:
         self._writable()
         with writing():
             if bulk and self.path is not None:
-                self._store.bulk_extend(quads)
+                self._live.bulk_extend(quads)
             else:
-                self._store.extend(quads)
+                self._live.extend(quads)
 
-    def graphs(self):
-        return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
+    def graphs(self) -> list[str]:
+        return sorted(g.value for g in self._live.named_graphs() if isinstance(g, ox.NamedNode))
 
-    def clear(self, graph=None):
+    def clear(self, graph: str | None = None) -> None:
         self._writable()
         with writing():
             if graph is None:
-                self._store.clear()
+                self._live.clear()
             else:
                 node = ox.NamedNode(graph)
-                if self._store.contains_named_graph(node):
-                    self._store.remove_graph(node)
+                if self._live.contains_named_graph(node):
+                    self._live.remove_graph(node)
 
     def version(self) -> int | None:
         # every write of this process counts; a read-only or locked directory sees no other writer
@@ -355,20 +365,20 @@ class OxigraphStore(Store):
     def use_read_only(self) -> ox.Store:
         """Switch this object to a read-only handle on its directory (in a query worker process); returns the
         handle it held, which the caller must keep alive (dropping a RocksDB handle copied by fork may hang)."""
-        old = self._store
+        old = self._live
         if self.path is not None:
             self._store = ox.Store.read_only(str(self.path))
         return old
 
-    def count(self, graph=None):
+    def count(self, graph: str | None = None) -> int:
         if graph is None:
-            return len(self._store)
+            return len(self._live)
         return super().count(graph)
 
-    def dump(self, graph, fmt=ox.RdfFormat.TURTLE):
-        return self._store.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
+    def dump(self, graph: str, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:
+        return self._live.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
 
-    def close(self):
+    def close(self) -> None:
         """Flush and release the store (an on-disk store's lock is freed at once)."""
         if self._store is not None and self.path is not None:
             if not self.read_only:
@@ -415,9 +425,8 @@ def lock_holder(path: Path) -> str:
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         try:
             if any(os.readlink(fd) == lock for fd in fd_dir.iterdir()):
-                pid = fd_dir.parent.name
                 cmd = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                return f"process {pid} ({cmd.strip()[:200]})"
+                return f"process {fd_dir.parent.name} ({cmd.strip()[:200]})"
         except OSError:
             continue
     return "another process"

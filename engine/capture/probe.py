@@ -453,6 +453,8 @@ class Probe:
 
     def _drain_hardware(self, step: int) -> None:
         self._last_drain = time.monotonic()
+        if self.sampler is None:
+            return
         samples = self.sampler.drain()
         if len(samples):
             from debugtune.native.sampler import METRICS

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyoxigraph as ox
+
 from debugtune.engine.contribute.case import Choice, RunFacts, choose, gather
 from debugtune.engine.contribute.case_graph import case_triples, environment, turtle
 from debugtune.engine.contribute.sandbox import SCENARIOS, SandboxSpec, Verdict, build_sandbox
@@ -154,7 +156,8 @@ def contribute(store: Store, run_id: str, out: str | os.PathLike[str], *, run_di
     parts = _parts(case_iri, turtle(triples), env, report, sandbox_files)
     symptoms = sorted({s.symptom for s in facts.signature})
     label = next((t.object.value for t in triples if t.predicate.value == SKOS + "prefLabel"
-                  and t.subject.value == case_iri), case_iri)
+                  and isinstance(t.subject, ox.NamedNode) and t.subject.value == case_iri
+                  and isinstance(t.object, ox.Literal)), case_iri)
     meta = crate_metadata(
         name=f"debugtune case: {label}", description=f"A solved training problem contributed as a debugtune case "
         f"package: confirmed cause {choice.cause}, applied remedy {choice.remedy}, outcome {choice.outcome}.",

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyoxigraph as ox
+
 from debugtune import cases
 from debugtune.engine.diagnose.detectors import DETECTORS
 from debugtune.engine.diagnose.registry import Detector
@@ -60,15 +62,16 @@ def resolve(store: Store, name: str) -> Item:
                 f" || STRENDS(STR(?x), {literal('#' + name)})) }}"
     rows = store.select(f"SELECT DISTINCT ?x ?k WHERE {{ {match} VALUES ?k {{ {kinds} }} ?x a ?k }}").rows
     found: dict[str, list[str]] = defaultdict(list)
-    for x, k in rows:
-        found[x.value].append(local_name(k.value))
+    for x, k in rows:  # ?x and ?k are IRIs: ?k from VALUES, ?x matched by its IRI
+        if isinstance(x, ox.NamedNode) and isinstance(k, ox.NamedNode):
+            found[x.value].append(local_name(k.value))
     if not found:
         every = store.select(f"SELECT DISTINCT ?x WHERE {{ VALUES ?k {{ {kinds} }} ?x a ?k }}").column("x")
         raise UnknownItemError(unknown("knowledge item", name, {local_name(str(x)) for x in every}))
     if len(found) > 1:
         raise UnknownItemError(f"{name!r} names {len(found)} items ({', '.join(sorted(found))}); give the full IRI")
-    (x, ks), = found.items()
-    return Item(x, local_name(x), tuple(sorted(set(ks), key=KINDS.index)))
+    (found_iri, ks), = found.items()
+    return Item(found_iri, local_name(found_iri), tuple(sorted(set(ks), key=KINDS.index)))
 
 
 def _rows(store: Store, sparql: str) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ TORCH_PIN ?= torch==2.13.0
 export OPENBLAS_NUM_THREADS ?= 1
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install demo test bench lint clean dashboard-assets
+.PHONY: install demo test bench lint typecheck clean dashboard-assets
 
 install: $(STAMP)
 
@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/src/*.cpp native/src/*
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_PIN)"
 	$(BIN)/python -m pip install --quiet -e ".[dev,torch]"
+	$(BIN)/python tools/package_tree.py  # build/typecheck: the package as installed, for mypy, pyright, editors
 	@touch $@
 
 demo: install
@@ -41,6 +42,10 @@ dashboard-assets:
 
 lint: install
 	$(BIN)/ruff check .
+
+# mypy (strict for kg/ query/ native/ engine/telemetry/) and pyright's import resolution, over build/typecheck
+typecheck: install
+	$(BIN)/python tools/typecheck.py
 
 clean:
 	rm -rf build $(VENV) .pytest_cache

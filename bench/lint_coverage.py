@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     store = open_store(None)
     load_knowledge(store)
     linter = Linter.from_store(store)
-    linter.store_rows = [(r["check"], r["id"]) for r in store.query(  # type: ignore[attr-defined]
+    linter.store_rows = [(r["check"], r["id"]) for r in store.select(  # type: ignore[attr-defined]
         "SELECT ?check ?id WHERE { ?r dt:encodesCheck ?check ; dt:ruleId ?id }").dicts()]
     checks = extract("megatron", args.megatron) + extract("deepspeed", args.deepspeed) + \
         extract("hf", args.transformers)

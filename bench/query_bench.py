@@ -51,10 +51,10 @@ LOCATIONS = {"ExpertImbalance": "expert", "DeadExperts": "expert", "TokenDroppin
 
 def knowledge(store) -> dict:
     """Causes with remedies and the symptoms they lead to, and each symptom's dimension, from the KB."""
-    links = store.query("""SELECT DISTINCT ?c ?s WHERE { ?l a dt:CausalLink ; dt:from ?c ; dt:to ?s .
+    links = store.select("""SELECT DISTINCT ?c ?s WHERE { ?l a dt:CausalLink ; dt:from ?c ; dt:to ?s .
         ?c a dt:Cause . ?r a dt:Remedy ; dt:addresses ?c }""").dicts()
-    remedies = store.query("SELECT ?c ?r WHERE { ?r a dt:Remedy ; dt:addresses ?c }").dicts()
-    dims = store.query("SELECT ?s ?d WHERE { ?s a dt:Symptom ; dt:inDimension ?d }").dicts()
+    remedies = store.select("SELECT ?c ?r WHERE { ?r a dt:Remedy ; dt:addresses ?c }").dicts()
+    dims = store.select("SELECT ?s ?d WHERE { ?s a dt:Symptom ; dt:inDimension ?d }").dicts()
     out = {"symptoms_of": {}, "remedies_of": {}, "dimension": {}}
     for r in links:
         out["symptoms_of"].setdefault(local_name(r["c"]), []).append(local_name(r["s"]))

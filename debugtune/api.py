@@ -83,7 +83,7 @@ def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Pa
         check_run_id(run_id)
     except ValueError:
         raise DiagnoseError(f"nothing diagnosed: {run_id} is neither an existing directory nor a run id") from None
-    rows = store.query(f"""SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId "{run_id}" ; dt:runDir ?dir }}""")
+    rows = store.select(f"""SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId "{run_id}" ; dt:runDir ?dir }}""")
     for d in rows.column("dir"):
         if d and Path(d).is_dir():
             return Path(d), None
@@ -105,7 +105,7 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
     """
     say = progress or (lambda _stage: None)
     own = store is None
-    st = open_store(None) if own else store
+    st = open_store(None) if store is None else store
     try:
         say("loading the knowledge base")
         load_knowledge(st)
@@ -193,9 +193,9 @@ def checkpoint(run_dir: str | os.PathLike[str], model: Any, optimizer: Any, sche
     Then ``cann-tune auto RUN --top-suggestion`` needs no other flag (docs/tune.md)."""
     from debugtune.engine.tune.run_trial import save_run_checkpoint
 
-    return save_run_checkpoint(run_dir, model, optimizer, scheduler, sampler, step=step, trial=trial,
+    return save_run_checkpoint(Path(run_dir), model, optimizer, scheduler, sampler, step=step, trial=trial,
                                parameters=tuple(parameters), objectives=tuple(objectives), target=target,
-                               trial_dir=trial_dir, extra=extra)
+                               trial_dir=None if trial_dir is None else Path(trial_dir), extra=extra)
 
 
 _PREFLIGHT_STORE: list[Store] = []
@@ -237,4 +237,4 @@ def attach(model: Any, optimizer: Any, run_dir: str | os.PathLike[str], *, prefl
             warnings.warn(str(PreflightError(result)), stacklevel=2)
     from debugtune.engine.capture.probe import attach as attach_probe
 
-    return attach_probe(model, optimizer, run_dir, **options)
+    return attach_probe(model, optimizer, Path(run_dir), **options)

@@ -56,7 +56,7 @@ def run_report(store: Store, run_id: str) -> dict[str, Any]:
         check_run_id(run_id)
     except ValueError as err:
         raise EndpointError(404, str(err)) from None
-    meta = store.query(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+    meta = store.select(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
         {iri(run_base(run_id))} ?p ?o }} }}""").dicts()
     if not meta:
         raise EndpointError(404, f"no run {run_id!r} in the store")

@@ -118,7 +118,7 @@ def replace_diagnosis(store: Store, run_id: str, meta: Mapping[str, Any], findin
 def read_findings(store: Store, run_id: str) -> list[Finding]:
     """The findings of a run, ordered by onset step then id."""
     g = iri(run_graph(run_id))
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?f ?id ?sym ?dim ?entity ?onset ?end ?sev ?det ?dstep ?name ?value WHERE {{ GRAPH {g} {{
           ?f a dt:Finding ; dt:findingId ?id ; dt:symptom ?sym ; dt:inDimension ?dim ; dt:entity ?entity ;
              dt:onsetStep ?onset ; dt:endStep ?end ; dt:severity ?sev ; dt:detector ?det .
@@ -140,7 +140,7 @@ def read_findings(store: Store, run_id: str) -> list[Finding]:
 def read_hypotheses(store: Store, run_id: str) -> list[Hypothesis]:
     """The hypotheses of a run, best first; each one's supporting findings in onset order."""
     g = iri(run_graph(run_id))
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?h ?cause ?conf ?rank ?text ?pos ?node ?fid ?onset WHERE {{ GRAPH {g} {{
           ?h a dt:Hypothesis ; dt:cause ?cause ; dt:confidence ?conf ; dt:hypothesisRank ?rank ;
              dt:explanation ?text .
@@ -194,7 +194,7 @@ def add_experiments(store: Store, run_id: str, experiments: Sequence[Experiment]
 def read_experiments(store: Store, run_id: str | None = None) -> list[tuple[str, Experiment]]:
     """(run id, experiment) pairs of one run or of all runs, in id order."""
     graph = f"GRAPH {iri(run_graph(run_id))}" if run_id else "GRAPH ?g"
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?run ?label ?remedy ?params ?cost ?seed ?status ?ref ?name ?value WHERE {{ {graph} {{
           ?e a dt:Experiment ; dt:inRun ?r ; skos:prefLabel ?label ; dt:remedy ?remedy ;
              dt:parametersJson ?params ; dt:cost ?cost ; dt:seed ?seed ; dt:status ?status .
@@ -216,7 +216,7 @@ def read_experiments(store: Store, run_id: str | None = None) -> list[tuple[str,
 
 def runs(store: Store) -> list[dict[str, Any]]:
     """Every run in the store with its metadata and top hypothesis (if any)."""
-    return store.query("""
+    return store.select("""
         SELECT ?run ?dir ?steps ?world (SAMPLE(?c) AS ?top) (MAX(?conf) AS ?confidence) WHERE {
           ?r a dt:TrainingRun ; dt:runId ?run .
           OPTIONAL { ?r dt:runDir ?dir } OPTIONAL { ?r dt:stepCount ?steps } OPTIONAL { ?r dt:worldSize ?world }

@@ -29,7 +29,7 @@ class EndpointError(HTTPException):
     def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
         super().__init__(status_code=status, detail=message, headers=headers)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return EndpointError, (self.status_code, self.detail, self.headers)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DebugtuneError(Exception):
     """Base class of every error debugtune reports to the user as a message (not a stack trace).
@@ -11,11 +13,11 @@ class DebugtuneError(Exception):
     sends them back to the server, `kg.query_workers`).
     """
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return _rebuilt, (type(self), self.args, dict(self.__dict__))
 
 
-def _rebuilt(cls: type[DebugtuneError], args: tuple, state: dict) -> DebugtuneError:
+def _rebuilt(cls: type[DebugtuneError], args: tuple[Any, ...], state: dict[str, Any]) -> DebugtuneError:
     err = cls.__new__(cls, *args)
     err.args = args
     err.__dict__.update(state)
@@ -24,6 +26,18 @@ def _rebuilt(cls: type[DebugtuneError], args: tuple, state: dict) -> DebugtuneEr
 
 class KgError(DebugtuneError):
     """Base class of every knowledge-graph error."""
+
+
+class MissingThresholdError(KgError):
+    """The knowledge base lacks ``dt:Threshold`` keys a computation needs (there is no Python default)."""
+
+    def __init__(self, *keys: str):
+        self.keys = keys
+        self.key = keys[0] if keys else ""
+        names = ", ".join(repr(k) for k in keys)
+        super().__init__(f"threshold{'s' if len(keys) > 1 else ''} {names} not in the knowledge base (define "
+                         f"{'each' if len(keys) > 1 else 'it'} as a dt:Threshold in cases/thresholds/*.ttl and "
+                         "load the knowledge base)")
 
 
 class RdfSyntaxError(KgError):

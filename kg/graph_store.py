@@ -56,7 +56,7 @@ def _is_empty(raw: ox.Store, graph: Target) -> bool:
 
 def read_graph(raw: ox.Store, graph: Target, settings: EndpointSettings) -> list[ox.Triple]:
     """The triples of a graph, refusing (422) more than the endpoint's result cap."""
-    out = []
+    out: list[ox.Triple] = []
     for q in raw.quads_for_pattern(None, None, None, graph):
         settings.check_rows(len(out) + 1)
         out.append(ox.Triple(q.subject, q.predicate, q.object))
@@ -98,7 +98,8 @@ def parse_payload(data: bytes, content_type: str | None, base: str) -> list[ox.T
         raise EndpointError(400, "a multipart/form-data body without parts (is the boundary right?)")
     out: list[ox.Triple] = []
     for part in message.iter_parts():
-        out += _parse(part.get_payload(decode=True) or b"", part.get("content-type"), base)
+        payload = part.get_payload(decode=True)  # the bytes of a non-multipart part (None when empty)
+        out += _parse(payload if isinstance(payload, bytes) else b"", part.get("content-type"), base)
     return out
 
 

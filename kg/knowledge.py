@@ -9,14 +9,14 @@ compiled snapshot (kg/snapshot.py).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyoxigraph as ox
 
 from debugtune import cases, ontology
-from debugtune.kg.errors import KgError
+from debugtune.kg.errors import KgError, MissingThresholdError
 from debugtune.kg.namespaces import DT, GRAPH_KB, GRAPH_ONTOLOGY
 from debugtune.kg.store import Store, parse_rdf, rdf_format
 
@@ -75,14 +75,15 @@ def is_current(store: Store, sources: Sequence[KnowledgeSource] | None = None) -
 
 
 def _stored_digest(store: Store, graph: str) -> str | None:
-    rows = store.query(
+    rows = store.select(
         f"SELECT ?h WHERE {{ GRAPH <{graph}> {{ <{graph}> <{DT}contentHash> ?h }} }}", prefixes=False)
-    return rows.scalar()
+    found = rows.scalar()
+    return found if isinstance(found, str) else None
 
 
 def class_counts(store: Store) -> dict[str, int]:
     """Instances per dt: class over all graphs (knowledge items, findings, cases, ...)."""
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?c (COUNT(DISTINCT ?x) AS ?n) WHERE {{
           GRAPH <{GRAPH_ONTOLOGY}> {{ ?c a <http://www.w3.org/2002/07/owl#Class> }}
           FILTER(STRSTARTS(STR(?c), "{DT}"))
@@ -91,9 +92,61 @@ def class_counts(store: Store) -> dict[str, int]:
     return {r["c"][len(DT):]: r["n"] for r in rows.dicts()}
 
 
-def thresholds(store: Store) -> dict[str, float]:
-    """Every ``dt:Threshold`` as key → value (numbers as float)."""
-    rows = store.query("""
+class Thresholds(Mapping[str, float]):
+    """The knowledge base's ``dt:Threshold`` values, key → number: the one way code reads them.
+
+    ``th[key]`` and ``th.require(*keys)`` raise `MissingThresholdError` naming every missing key; ``th.get(key)``
+    is for a knob that is optional by design (a feature off without it) and takes no default, so a Python
+    fallback for a knowledge-base value cannot be written.
+    """
+
+    def __init__(self, values: Mapping[str, float]):
+        self._values = dict(values)
+
+    @classmethod
+    def from_store(cls, store: Store) -> Thresholds:
+        return thresholds(store)
+
+    def __getitem__(self, key: str) -> float:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise MissingThresholdError(key) from None
+
+    def __contains__(self, key: object) -> bool:  # not through __getitem__: a missing key is no error here
+        return key in self._values
+
+    def get(self, key: str) -> float | None:  # type: ignore[override]  # no default: see the class docstring
+        return self._values.get(key)
+
+    def require(self, *keys: str) -> dict[str, float]:
+        """The values of ``keys``; one error naming all those the knowledge base lacks."""
+        missing = [k for k in keys if k not in self._values]
+        if missing:
+            raise MissingThresholdError(*missing)
+        return {k: self._values[k] for k in keys}
+
+    def as_int(self, key: str) -> int:
+        """A count or window (steps, samples) stored as a number."""
+        return int(round(self[key]))
+
+    def prefixed(self, prefix: str) -> dict[str, float]:
+        """Every threshold whose key starts with ``prefix``, keyed by the rest of the key."""
+        return {k[len(prefix):]: v for k, v in self._values.items() if k.startswith(prefix)}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Thresholds({len(self._values)} keys)"
+
+
+def thresholds(store: Store) -> Thresholds:
+    """Every ``dt:Threshold`` of the store as key → value (numbers as float)."""
+    rows = store.select("""
         SELECT ?k ?v WHERE { ?t a dt:Threshold ; dt:thresholdKey ?k ; dt:value ?v }""")
     out: dict[str, float] = {}
     for r in rows.dicts():
@@ -101,4 +154,4 @@ def thresholds(store: Store) -> dict[str, float]:
         if not isinstance(v, (int, float)):
             raise KgError(f"threshold {r['k']!r} has a non-numeric value {v!r}")
         out[r["k"]] = float(v)
-    return out
+    return Thresholds(out)

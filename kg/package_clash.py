@@ -68,11 +68,13 @@ def _existing(store: Store, subjects: Sequence[str]) -> dict[str, list[Statement
     graphs = ", ".join(iri(g) for g in (GRAPH_ONTOLOGY, GRAPH_KB, GRAPH_LOCAL))
     for i in range(0, len(subjects), _BATCH):
         values = " ".join(iri(s) for s in subjects[i:i + _BATCH])
-        rows = store.query(f"""SELECT ?s ?p ?o ?g WHERE {{ VALUES ?s {{ {values} }} GRAPH ?g {{ ?s ?p ?o }}
+        rows = store.select(f"""SELECT ?s ?p ?o ?g WHERE {{ VALUES ?s {{ {values} }} GRAPH ?g {{ ?s ?p ?o }}
             FILTER(?g IN ({graphs}) || (STRSTARTS(STR(?g), {literal(PACKAGE_GRAPH_PREFIX)})
                                         && STRSTARTS(STR(?s), {literal(_OURS)}))) }}""", prefixes=False)
-        for s, p, o, g in rows.rows:
-            out.setdefault(s.value, []).append((p, o, g.value))
+        for s, p, o, g in rows.rows:  # the pattern binds IRIs to ?s ?p ?g; a quoted triple as ?o is not compared
+            if isinstance(s, ox.NamedNode) and isinstance(p, ox.NamedNode) and isinstance(g, ox.NamedNode) \
+                    and isinstance(o, ox.NamedNode | ox.BlankNode | ox.Literal):
+                out.setdefault(s.value, []).append((p, o, g.value))
     return out
 
 
@@ -80,7 +82,7 @@ def find_clashes(store: Store, triples: Sequence[ox.Triple]) -> list[Clash]:
     """Clashes of a package's triples with the store's knowledge (see the module docstring), sorted."""
     subjects = sorted({t.subject.value for t in triples if isinstance(t.subject, ox.NamedNode)})
     existing = _existing(store, subjects)
-    said: dict[tuple[str, str], set] = {}
+    said: dict[tuple[str, str], set[ox.NamedNode | ox.BlankNode | ox.Literal | ox.Triple]] = {}
     for t in triples:
         if isinstance(t.subject, ox.NamedNode):
             said.setdefault((t.subject.value, t.predicate.value), set()).add(t.object)

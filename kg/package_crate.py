@@ -40,7 +40,8 @@ MEDIA_TYPES = {**RDF_FORMATS, ".json": "application/json", ".py": "text/x-python
 @lru_cache(maxsize=1)
 def offline_context() -> dict[str, Any]:
     """The project's copy of the RO-Crate 1.1 context terms (term → schema.org / dct IRI)."""
-    return json.loads(CONTEXT_FILE.read_text(encoding="utf-8"))["@context"]
+    context: dict[str, Any] = json.loads(CONTEXT_FILE.read_text(encoding="utf-8"))["@context"]
+    return context
 
 
 def license_iri(license_id: str) -> str:

@@ -38,16 +38,17 @@ def _types(store: Store, iris: Sequence[str]) -> list[ox.Triple]:
     out: list[ox.Triple] = []
     for i in range(0, len(iris), _BATCH):
         values = " ".join(iri(x) for x in iris[i:i + _BATCH])
-        result = store.query(f"SELECT DISTINCT ?s ?t WHERE {{ VALUES ?s {{ {values} }} {_KNOWLEDGE} "
+        result = store.select(f"SELECT DISTINCT ?s ?t WHERE {{ VALUES ?s {{ {values} }} {_KNOWLEDGE} "
                              "GRAPH ?g { ?s a ?t } }", prefixes=False)
-        out += [ox.Triple(s, _TYPE, t) for s, t in result.rows if isinstance(t, ox.NamedNode)]
+        out += [ox.Triple(s, _TYPE, t) for s, t in result.rows
+                if isinstance(s, ox.NamedNode | ox.BlankNode) and isinstance(t, ox.NamedNode)]
     return out
 
 
 def validate_package_triples(store: Store, triples: Sequence[ox.Triple]) -> list[Violation]:
     """SHACL violations of the package (see the module docstring; [] when the package conforms)."""
     types = _types(store, sorted(_mentioned(triples)))
-    known = {t.subject.value for t in types}
+    known = {t.subject.value for t in types if not isinstance(t.subject, ox.Triple)}
     return [v for v in validate_graph(to_rdflib([*triples, *types])) if v.focus not in known]
 
 

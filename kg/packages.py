@@ -110,7 +110,8 @@ def case_graph_node(digest: str) -> ox.NamedNode:
 def package_triples(files: Mapping[str, bytes], base: str, source: str) -> tuple[CrateInfo, list[ox.Triple]]:
     """The crate summary and all triples (metadata + RDF parts) of a package, after the structural checks."""
     crate = read_crate(files[METADATA], base, f"{source}:{METADATA}")
-    types = {t.object for t in crate.triples if t.subject.value == crate.root and t.predicate.value == RDF + "type"}
+    types = {t.object for t in crate.triples if isinstance(t.subject, ox.NamedNode) and t.subject.value == crate.root
+             and t.predicate.value == RDF + "type"}
     if ox.NamedNode(DT + "CasePackage") not in types:
         raise PackageError(source, "the crate's root is not a dt:CasePackage: not a debugtune case package "
                                    "(a `cann-debug kb export` is a backup to load, not a package to import)")
@@ -155,14 +156,14 @@ def check_package(store: Store, files: Mapping[str, bytes], source: str,
 
 def is_imported(store: Store, digest: str) -> bool:
     """Whether the package with this content hash has a graph in the store."""
-    return bool(store.query(f"ASK {{ GRAPH {iri(package_graph(digest))} {{ ?s ?p ?o }} }}", prefixes=False))
+    return bool(store.ask(f"ASK {{ GRAPH {iri(package_graph(digest))} {{ ?s ?p ?o }} }}", prefixes=False))
 
 
 def _graph_holding_case(store: Store, case_digest: str) -> str | None:
     """The package graph that already holds a case graph with this hash, if any."""
-    rows = store.query(f"SELECT ?g WHERE {{ GRAPH ?g {{ ?root a dt:CasePackage ; dct:hasPart "
+    rows = store.select(f"SELECT ?g WHERE {{ GRAPH ?g {{ ?root a dt:CasePackage ; dct:hasPart "
                        f"{iri(case_graph_node(case_digest).value)} }} }} LIMIT 1").rows
-    return str(rows[0][0].value) if rows else None
+    return rows[0][0].value if rows and isinstance(rows[0][0], ox.NamedNode) else None
 
 
 def _cases_held(store: Store, cases: Sequence[str]) -> list[tuple[str, str]]:
@@ -170,9 +171,9 @@ def _cases_held(store: Store, cases: Sequence[str]) -> list[tuple[str, str]]:
     if not cases:
         return []
     values = " ".join(iri(c) for c in cases)
-    rows = store.query(f"SELECT ?case ?g WHERE {{ VALUES ?case {{ {values} }} GRAPH ?g {{ ?case a dt:Case }} }} "
+    rows = store.select(f"SELECT ?case ?g WHERE {{ VALUES ?case {{ {values} }} GRAPH ?g {{ ?case a dt:Case }} }} "
                        "ORDER BY ?case ?g").rows
-    return [(str(c.value), str(g.value)) for c, g in rows]
+    return [(c.value, g.value) for c, g in rows if isinstance(c, ox.NamedNode) and isinstance(g, ox.NamedNode)]
 
 
 def _provenance(crate: CrateInfo, digest: str, importer: str, clashes: Sequence[Clash],
@@ -206,8 +207,8 @@ def _importer() -> str:
 def import_package(store: Store, path: str | os.PathLike[str], *, allow_clash: bool = False,
                    importer: str | None = None, limits: ArchiveLimits = ArchiveLimits()) -> ImportResult:
     """Import a package into its own named graph (see the module docstring); one atomic write."""
-    with reading(path, _package_error):
-        return _import(store, str(path), allow_clash, importer, limits)
+    with reading(os.fspath(path), _package_error):
+        return _import(store, os.fspath(path), allow_clash, importer, limits)
 
 
 def _package_error(path: str, message: str, line: int | None, field: str | None) -> PackageError:
@@ -222,8 +223,8 @@ def _import(store: Store, source: str, allow_clash: bool, importer: str | None,
     digest = content_hash(files)
     graph, base = package_graph(digest), base_iri(digest)
     crate, triples = package_triples(files, base, source)
-    cases = tuple(sorted(t.subject.value for t in triples
-                         if t.predicate.value == RDF + "type" and t.object == ox.NamedNode(DT + "Case")))
+    cases = tuple(sorted(t.subject.value for t in triples if isinstance(t.subject, ox.NamedNode)
+                         and t.predicate.value == RDF + "type" and t.object == ox.NamedNode(DT + "Case")))
     sandbox = any(n.startswith(SANDBOX_DIR + "/") for n in files)
     case_digest = case_graph_hash(_case_triples(files, crate, _CANONICAL_BASE, source))
     same = _graph_holding_case(store, case_digest)
@@ -252,7 +253,7 @@ def _import(store: Store, source: str, allow_clash: bool, importer: str | None,
 
 def imported_packages(store: Store) -> list[dict[str, Any]]:
     """Every imported package: graph, root, content hash, name, when and by whom it was imported."""
-    return store.query(f"""SELECT ?graph ?root ?hash ?name ?when ?importer WHERE {{ GRAPH ?graph {{
+    return store.select(f"""SELECT ?graph ?root ?hash ?name ?when ?importer WHERE {{ GRAPH ?graph {{
           ?root a dt:CasePackage ; dt:contentHash ?hash ; prov:wasGeneratedBy ?a .
           OPTIONAL {{ ?root {iri(SCHEMA + 'name')} ?name }}
           OPTIONAL {{ ?a prov:endedAtTime ?when }}

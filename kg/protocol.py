@@ -121,7 +121,7 @@ def _term(t: Any) -> dict[str, Any]:
 def solutions_json(solutions: ox.QuerySolutions, settings: EndpointSettings) -> bytes:
     """SPARQL JSON results of a SELECT, refusing (422) more rows than the endpoint's cap."""
     names = [v.value for v in solutions.variables]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for sol in solutions:
         settings.check_rows(len(rows) + 1)
         rows.append({n: _term(sol[i]) for i, n in enumerate(names) if sol[i] is not None})
@@ -147,7 +147,7 @@ def serialize_result(result: Any, accept: str | None, settings: EndpointSettings
     media = choose(accept, list(GRAPH_FORMATS))
     if media is None:
         raise EndpointError(406, f"graph results are available as {', '.join(list(GRAPH_FORMATS)[:4])}")
-    triples = []
+    triples: list[ox.Triple] = []
     for t in result:
         settings.check_rows(len(triples) + 1)
         triples.append(t)

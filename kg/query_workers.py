@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyoxigraph as ox
 
@@ -61,7 +61,7 @@ class WorkerError(Exception):
         self.reason = reason
         super().__init__(message)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return WorkerError, (self.reason, str(self))
 
 
@@ -129,7 +129,7 @@ def deny_network() -> bool:
     prog = Prog(len(program), ctypes.cast(buf, ctypes.c_void_p))
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         return False
-    return libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return bool(libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 def _drop_inherited_sockets(keep: int) -> None:
@@ -276,7 +276,7 @@ class QueryWorkers:
             self._local.worker = None
         return worker.stop()
 
-    def _run(self, submitted: float, fn: Callable[..., T], args: tuple) -> T:
+    def _run(self, submitted: float, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         deadline = submitted + self.timeout_s
         if time.monotonic() >= deadline:
             raise WorkerError("busy", "all query workers were busy; it was not started")
@@ -299,7 +299,7 @@ class QueryWorkers:
             raise WorkerError("crashed", f"its worker process died ({cause}: out of memory, or a crash in the "
                                          "query engine) and was replaced") from None
         if ok:
-            return value
+            return cast(T, value)  # what fn returned, unpickled
         raise value
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:

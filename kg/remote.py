@@ -6,15 +6,17 @@ The endpoint should expose the union of its named graphs as the default graph (`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import pyoxigraph as ox
 
 from debugtune.kg.errors import EndpointError, SparqlSyntaxError
-from debugtune.kg.results import AskResult, GraphResult, SelectResult
+from debugtune.kg.namespaces import SPARQL_PREFIXES
+from debugtune.kg.results import AskResult, GraphResult, QueryResult, SelectResult
 from debugtune.kg.sparql import iri
-from debugtune.kg.store import SPARQL_PREFIXES, Store, position_of, with_prefixes
+from debugtune.kg.store import Store, position_of, with_prefixes
 
 _ACCEPT = "application/sparql-results+json, application/n-triples;q=0.9"
 
@@ -49,7 +51,9 @@ class RemoteStore(Store):
             raise EndpointError(url, r.text.strip()[:500] or r.reason_phrase, r.status_code)
         return r
 
-    def query(self, sparql, *, default_graph=None, named_graphs=None, base_iri=None, prefixes=True):
+    def query(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+              named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+              prefixes: bool = True) -> QueryResult:
         text = with_prefixes(sparql) if prefixes else sparql
         if base_iri:
             text = f"BASE {iri(base_iri)}\n" + text
@@ -72,7 +76,7 @@ class RemoteStore(Store):
             raise EndpointError(self.query_url, f"unexpected content type {ctype!r}")
         return GraphResult(tuple(ox.parse(r.content, format=fmt)))
 
-    def update(self, sparql, *, base_iri=None, prefixes=True):
+    def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
         text = with_prefixes(sparql) if prefixes else sparql
         if base_iri:
             text = f"BASE {iri(base_iri)}\n" + text
@@ -81,27 +85,28 @@ class RemoteStore(Store):
         except SparqlSyntaxError as err:
             raise _unprefixed(err, prefixes) from None
 
-    def _load_quads(self, quads, *, bulk):
+    def _load_quads(self, quads: list[ox.Quad], *, bulk: bool) -> None:
         if not quads:
             return
         by_graph: dict[str, list[ox.Quad]] = {}
         for q in quads:
+            assert isinstance(q.graph_name, ox.NamedNode), "Store.load puts every quad in a named graph"
             by_graph.setdefault(q.graph_name.value, []).append(q)
         blocks = []
         for g, qs in by_graph.items():
-            nt = ox.serialize([ox.Triple(q.subject, q.predicate, q.object) for q in qs],
-                              format=ox.RdfFormat.N_TRIPLES).decode()
+            nt = (ox.serialize([ox.Triple(q.subject, q.predicate, q.object) for q in qs],
+                              format=ox.RdfFormat.N_TRIPLES) or b"").decode()
             blocks.append(f"GRAPH {iri(g)} {{\n{nt}}}")
         self.update("INSERT DATA {\n" + "\n".join(blocks) + "\n}", prefixes=False)
 
-    def graphs(self):
-        rows = self.query("SELECT DISTINCT ?g WHERE { GRAPH ?g { } }", prefixes=False)
+    def graphs(self) -> list[str]:
+        rows = self.select("SELECT DISTINCT ?g WHERE { GRAPH ?g { } }", prefixes=False)
         return sorted(v for v in rows.column("g") if isinstance(v, str) and not v.startswith("_:"))
 
-    def clear(self, graph=None):
+    def clear(self, graph: str | None = None) -> None:
         self.update("DROP ALL" if graph is None else f"DROP SILENT GRAPH {iri(graph)}", prefixes=False)
 
-    def close(self):
+    def close(self) -> None:
         self._http.close()
 
 

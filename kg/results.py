@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,7 @@ class SelectResult:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         return iter(self.dicts())
 
     def dicts(self) -> list[dict[str, Any]]:
@@ -92,7 +93,7 @@ class GraphResult:
     def __len__(self) -> int:
         return len(self.triples)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ox.Triple]:
         return iter(self.triples)
 
     def serialize(self, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:

@@ -41,12 +41,18 @@ class SparqlBounds:
     """Endpoints (absolute IRIs, compared exactly) that SERVICE (and LOAD) may name; none by default."""
 
 
+def _gap_end(text: str, pos: int) -> int:
+    """Where the whitespace and comments from ``pos`` end (``_GAP`` matches the empty string too)."""
+    m = _GAP.match(text, pos)
+    return m.end() if m else pos
+
+
 def _target(text: str, pos: int) -> str | None:
     """The ``<IRI>`` a SERVICE/LOAD keyword ending at ``pos`` names (after an optional SILENT), if any."""
-    pos = _GAP.match(text, pos).end()
+    pos = _gap_end(text, pos)
     m = _SILENT.match(text, pos)
     if m:
-        pos = _GAP.match(text, m.end()).end()
+        pos = _gap_end(text, m.end())
     if not text.startswith("<", pos):
         return None
     close = text.find(">", pos + 1)

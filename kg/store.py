@@ -16,15 +16,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyoxigraph as ox
 
 from debugtune.kg.errors import KgError, RdfSyntaxError, SparqlSyntaxError, StoreLockedError
 from debugtune.kg.namespaces import SPARQL_PREFIXES
-from debugtune.kg.results import GraphResult, QueryResult, from_oxigraph
+from debugtune.kg.results import AskResult, GraphResult, QueryResult, SelectResult, from_oxigraph
 from debugtune.kg.sparql import iri
-from debugtune.kg.sparql_scan import names_dataset
+from debugtune.kg.sparql_scan import names_dataset, query_form
 
 _EXT_FORMATS = {
     ".ttl": ox.RdfFormat.TURTLE, ".turtle": ox.RdfFormat.TURTLE, ".nt": ox.RdfFormat.N_TRIPLES,
@@ -105,6 +105,7 @@ _TRIPLE_TERM = re.compile(rb"<<|>>")
 
 def rdf_nesting(data: bytes, fmt: ox.RdfFormat) -> int:
     """How deep ``data`` nests what Oxigraph's parser recurses on (an upper bound; cheap when there is none)."""
+    opening: tuple[bytes, ...]
     if fmt == ox.RdfFormat.JSON_LD:
         marks, opening = _JSON_BRACKET.finditer(_JSON_STRING.sub(b"", data)), (b"[", b"{")
     elif b"<<" in data:
@@ -152,6 +153,29 @@ class Store(ABC):
               named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
               prefixes: bool = True) -> QueryResult:
         """Run a SPARQL query. Without a dataset, the default graph is the union of all graphs."""
+
+    def select(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+               named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+               prefixes: bool = True) -> SelectResult:
+        """Run a SELECT query (a query of another form is a `KgError`, before it runs)."""
+        result = self.query(_form(sparql, "SELECT"), default_graph=default_graph, named_graphs=named_graphs,
+                            base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, SelectResult, sparql)
+
+    def ask(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+            named_graphs: Sequence[str] | None = None, base_iri: str | None = None, prefixes: bool = True) -> bool:
+        """Run an ASK query; its answer."""
+        result = self.query(_form(sparql, "ASK"), default_graph=default_graph, named_graphs=named_graphs,
+                            base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, AskResult, sparql).value
+
+    def construct(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+                  named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+                  prefixes: bool = True) -> GraphResult:
+        """Run a CONSTRUCT or DESCRIBE query; its triples."""
+        result = self.query(_form(sparql, "CONSTRUCT", "DESCRIBE"), default_graph=default_graph,
+                            named_graphs=named_graphs, base_iri=base_iri, prefixes=prefixes)
+        return _typed(result, GraphResult, sparql)
 
     @abstractmethod
     def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
@@ -207,14 +231,12 @@ class Store(ABC):
             q = "SELECT (COUNT(*) AS ?n) WHERE { GRAPH ?g { ?s ?p ?o } }"
         else:
             q = f"SELECT (COUNT(*) AS ?n) WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}"
-        return int(self.query(q, prefixes=False).scalar() or 0)
+        return int(self.select(q, prefixes=False).scalar() or 0)
 
     def dump(self, graph: str, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:
         """Serialise one named graph."""
-        result = self.query(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}",
-                            prefixes=False)
-        assert isinstance(result, GraphResult)
-        return result.serialize(fmt)
+        return self.construct(f"CONSTRUCT {{ ?s ?p ?o }} WHERE {{ GRAPH {iri(graph)} {{ ?s ?p ?o }} }}",
+                              prefixes=False).serialize(fmt)
 
     def version(self) -> int | None:
         """A number that changes whenever the store's content may have (None: unknown, e.g. a remote store).
@@ -248,7 +270,8 @@ class OxigraphStore(Store):
         self.path = None if path is None else Path(path)
         self.read_only = read_only and path is not None
         self.target = "memory" if path is None else str(self.path)
-        if path is None:
+        self._store: ox.Store | None
+        if self.path is None:
             self._store = ox.Store()
             return
         if self.read_only:
@@ -276,9 +299,17 @@ class OxigraphStore(Store):
     @property
     def raw(self) -> ox.Store:
         """The underlying pyoxigraph store (for the protocol router and benchmarks)."""
+        return self._live
+
+    @property
+    def _live(self) -> ox.Store:
+        if self._store is None:
+            raise KgError(f"{self.target}: the store is closed")
         return self._store
 
-    def query(self, sparql, *, default_graph=None, named_graphs=None, base_iri=None, prefixes=True):
+    def query(self, sparql: str, *, default_graph: Sequence[str] | None = None,
+              named_graphs: Sequence[str] | None = None, base_iri: str | None = None,
+              prefixes: bool = True) -> QueryResult:
         text = with_prefixes(sparql) if prefixes else sparql
         kwargs: dict[str, Any] = {"base_iri": base_iri}
         if default_graph is None and named_graphs is None:
@@ -289,16 +320,16 @@ class OxigraphStore(Store):
             if named_graphs is not None:
                 kwargs["named_graphs"] = [ox.NamedNode(g) for g in named_graphs]
         try:
-            return from_oxigraph(self._store.query(text, **kwargs))
+            return from_oxigraph(self._live.query(text, **kwargs))
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
-    def update(self, sparql, *, base_iri=None, prefixes=True):
+    def update(self, sparql: str, *, base_iri: str | None = None, prefixes: bool = True) -> None:
         self._writable()
         text = with_prefixes(sparql) if prefixes else sparql
         try:
             with writing():
-                self._store.update(text, base_iri=base_iri)
+                self._live.update(text, base_iri=base_iri)
         except SyntaxError as err:
             raise sparql_error(text, err, prefixes) from None
 
@@ -306,26 +337,26 @@ class OxigraphStore(Store):
         if self.read_only:
             raise KgError(f"{self.path}: the store is open read-only; this command cannot write to it")
 
-    def _load_quads(self, quads, *, bulk):
+    def _load_quads(self, quads: list[ox.Quad], *, bulk: bool) -> None:
         self._writable()
         with writing():
             if bulk and self.path is not None:
-                self._store.bulk_extend(quads)
+                self._live.bulk_extend(quads)
             else:
-                self._store.extend(quads)
+                self._live.extend(quads)
 
-    def graphs(self):
-        return sorted(g.value for g in self._store.named_graphs() if isinstance(g, ox.NamedNode))
+    def graphs(self) -> list[str]:
+        return sorted(g.value for g in self._live.named_graphs() if isinstance(g, ox.NamedNode))
 
-    def clear(self, graph=None):
+    def clear(self, graph: str | None = None) -> None:
         self._writable()
         with writing():
             if graph is None:
-                self._store.clear()
+                self._live.clear()
             else:
                 node = ox.NamedNode(graph)
-                if self._store.contains_named_graph(node):
-                    self._store.remove_graph(node)
+                if self._live.contains_named_graph(node):
+                    self._live.remove_graph(node)
 
     def version(self) -> int | None:
         # every write of this process counts; a read-only or locked directory sees no other writer
@@ -334,20 +365,20 @@ class OxigraphStore(Store):
     def use_read_only(self) -> ox.Store:
         """Switch this object to a read-only handle on its directory (in a query worker process); returns the
         handle it held, which the caller must keep alive (dropping a RocksDB handle copied by fork may hang)."""
-        old = self._store
+        old = self._live
         if self.path is not None:
             self._store = ox.Store.read_only(str(self.path))
         return old
 
-    def count(self, graph=None):
+    def count(self, graph: str | None = None) -> int:
         if graph is None:
-            return len(self._store)
+            return len(self._live)
         return super().count(graph)
 
-    def dump(self, graph, fmt=ox.RdfFormat.TURTLE):
-        return self._store.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
+    def dump(self, graph: str, fmt: ox.RdfFormat = ox.RdfFormat.TURTLE) -> bytes:
+        return self._live.dump(format=fmt, from_graph=ox.NamedNode(graph)) or b""
 
-    def close(self):
+    def close(self) -> None:
         """Flush and release the store (an on-disk store's lock is freed at once)."""
         if self._store is not None and self.path is not None:
             if not self.read_only:
@@ -394,12 +425,29 @@ def lock_holder(path: Path) -> str:
     for fd_dir in Path("/proc").glob("[0-9]*/fd"):
         try:
             if any(os.readlink(fd) == lock for fd in fd_dir.iterdir()):
-                pid = fd_dir.parent.name
                 cmd = (fd_dir.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                return f"process {pid} ({cmd.strip()[:200]})"
+                return f"process {fd_dir.parent.name} ({cmd.strip()[:200]})"
         except OSError:
             continue
     return "another process"
+
+
+def _form(sparql: str, *forms: str) -> str:
+    """``sparql`` when its query form is one of ``forms`` (a SELECT passed to `Store.ask` is a caller's bug)."""
+    found = query_form(sparql)
+    if found is not None and found not in forms:
+        raise KgError(f"a {found} query was given where a {' or '.join(forms)} query was expected: "
+                      f"{' '.join(sparql.split())[:120]}")
+    return sparql
+
+
+_R = TypeVar("_R", SelectResult, AskResult, GraphResult)
+
+
+def _typed(result: QueryResult, kind: type[_R], sparql: str) -> _R:
+    if not isinstance(result, kind):
+        raise KgError(f"expected a {kind.__name__} from: {' '.join(sparql.split())[:120]}")
+    return result
 
 
 def _as_items(source: Any) -> list[Any]:

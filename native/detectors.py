@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +68,9 @@ class DetectorParams:
         missing = [keys[f.name] for f in fields(cls) if keys[f.name] not in thresholds]
         if missing:
             raise KeyError(f"knowledge base lacks detector thresholds: {', '.join(missing)}")
-        return cls(**{f.name: (int if f.name in ("window", "warmup") else float)(thresholds[keys[f.name]])
-                      for f in fields(cls)})
+        values: dict[str, Any] = {f.name: (int if f.name in ("window", "warmup") else float)(thresholds[keys[f.name]])
+                                  for f in fields(cls)}
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ class StreamDetectors:
         return [Detection(n, float(values[n]), float(r.ewma_z[i]), float(r.robust_z[i]), float(r.cusum_pos[i]),
                           float(r.cusum_neg[i]), int(r.flags[i])) for i, n in enumerate(names)]
 
-    def state(self, name: str) -> dict:
+    def state(self, name: str) -> dict[str, Any]:
         """Internal state of a series (n, mean, var, cusum sides, window contents sorted)."""
         return self._impl.state(self._impl.id(name))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 
@@ -75,11 +75,18 @@ class StatsBatch:
     def __len__(self) -> int:
         return len(self.values)
 
-    def __getitem__(self, key: int | str) -> Any:
+    @overload
+    def __getitem__(self, key: int) -> TensorStats: ...
+
+    @overload
+    def __getitem__(self, key: str) -> np.ndarray: ...
+
+    def __getitem__(self, key: int | str) -> TensorStats | np.ndarray:
         if isinstance(key, str):
             return self.values[:, STAT_FIELDS.index(key)]
         row = self.values[key]
-        fields = {f: (int(v) if f in _COUNTS else float(v)) for f, v in zip(STAT_FIELDS, row, strict=True)}
+        fields: dict[str, Any] = {f: (int(v) if f in _COUNTS else float(v))
+                                  for f, v in zip(STAT_FIELDS, row, strict=True)}
         return TensorStats(**fields, hist=None if self.hist is None else self.hist[key])
 
 
@@ -117,7 +124,8 @@ def tensor_stats_many(tensors: Sequence[Any], eps: float, *, large: float = math
     The result does not depend on the number of threads (fixed chunking and merge order).
     """
     arrays, code = _arrays(tensors, reinterpret)
-    values, h = _native.tensor_stats_many(arrays, float(eps), float(large), int(threads), code, bool(hist))
+    values, h = cast("tuple[np.ndarray, np.ndarray | None]",  # the extension's documented return
+                     _native.tensor_stats_many(arrays, float(eps), float(large), int(threads), code, bool(hist)))
     return StatsBatch(values, h)
 
 
@@ -163,7 +171,8 @@ def copy_into(dst: Sequence[Any], src: Sequence[Any]) -> None:
 
 def update_norms(after: Sequence[Any], before: Sequence[Any], *, threads: int = 0) -> np.ndarray:
     """``[[||after_i - before_i||, ||after_i||], ...]`` as float64[n, 2], one read of each tensor, in float64."""
-    return _native.update_norms([_as_array(x)[0] for x in after], [_as_array(x)[0] for x in before], int(threads))
+    return cast(np.ndarray, _native.update_norms([_as_array(x)[0] for x in after],  # float64[n, 2], as documented
+                                                 [_as_array(x)[0] for x in before], int(threads)))
 
 
 def update_norms_start(after: Sequence[Any], before: Sequence[Any], *, threads: int = 0) -> Pending:

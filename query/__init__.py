@@ -10,6 +10,7 @@ import importlib
 import sys
 import types
 
+from debugtune.kg.store import Store
 from debugtune.query.errors import DslError, DslNameError, DslSyntaxError, DslValueError
 from debugtune.query.execute import compile_text, run_query
 from debugtune.query.parser import keywords, parse
@@ -23,8 +24,9 @@ class _CallableModule(types.ModuleType):
     """``debugtune.query`` is both this subpackage and the public function (DESIGN §5): calling the
     module runs `debugtune.api.query`, resolved at call time (the front door owns the default store)."""
 
-    def __call__(self, text: str, *, store=None) -> DslResult:
-        return importlib.import_module("debugtune.api").query(text, store=store)
+    def __call__(self, text: str, *, store: Store | None = None) -> DslResult:
+        result: DslResult = importlib.import_module("debugtune.api").query(text, store=store)
+        return result
 
 
 sys.modules[__name__].__class__ = _CallableModule

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -58,14 +59,14 @@ class Condition:
     field: str
     op: str
     value: Value
-    pos: Pos = field(compare=False)
+    pos: Pos = dataclasses.field(compare=False)
 
 
 @dataclass(frozen=True)
 class OrderKey:
     field: str
     descending: bool | None
-    pos: Pos = field(compare=False)
+    pos: Pos = dataclasses.field(compare=False)
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class Compiled:
 def _sparql_runner(sparql: str, columns: Sequence[str], convert: Mapping[str, Converter],
                    empty_note: str = "") -> Callable[[Store], Outcome]:
     def run(store: Store) -> Outcome:
-        rows = shape_rows(store.query(sparql).dicts(), columns, convert)
+        rows = shape_rows(store.select(sparql).dicts(), columns, convert)
         return rows, {}, (() if rows or not empty_note else (empty_note,))
     return run
 
@@ -134,7 +134,7 @@ ORDER BY ?onset ?id"""
     columns = ("position", "node", "next", "strength")
 
     def runner(store: Store) -> Outcome:
-        rows = store.query(chain).dicts()
+        rows = store.select(chain).dicts()
         steps: dict[int, dict[str, Any]] = {}
         for r in rows:
             steps.setdefault(r["position"], r)
@@ -144,7 +144,7 @@ ORDER BY ?onset ?id"""
         head = rows[0]
         details = {"cause": local_name(cause), "run": run, "rank": head["rank"], "confidence": head["confidence"],
                    "explanation": head["explanation"],
-                   "findings": list(shape_rows(store.query(findings).dicts(),
+                   "findings": list(shape_rows(store.select(findings).dicts(),
                                                ("id", "symptom", "entity", "onset", "end", "severity")))}
         return shape_rows([steps[k] for k in sorted(steps)], columns), details, ()
 

@@ -95,93 +95,94 @@ def _clauses(items: list[Any]) -> dict[str, Any]:
             for k, v in [it]}
 
 
-class _ToAst(Transformer):
+class _ToAst(Transformer[Token, ast.Query]):
     """Builds the frozen AST; clause rules return ``(name, value)`` pairs the query rules collect."""
 
-    def start(self, items):
-        return items[0]
+    def start(self, items: list[Any]) -> ast.Query:
+        query: ast.Query = items[0]
+        return query
 
-    def run_ref(self, items):
+    def run_ref(self, items: list[Any]) -> ast.RunRef:
         tok = items[1]
         if tok.type == "STRING":
             return ast.RunRef(None, unquote(tok), _pos(tok))
         return ast.RunRef(str(tok), None, _pos(tok))
 
-    def ident(self, items):
+    def ident(self, items: list[Any]) -> ast.Ident:
         tok = items[0]
         quoted = tok.type == "STRING"
         return ast.Ident(unquote(tok) if quoted else str(tok), quoted, _pos(tok))
 
-    def number(self, items):
+    def number(self, items: list[Any]) -> ast.Number:
         return ast.Number(_finite(items[0]), str(items[1]).lower() if len(items) > 1 else None, str(items[0]))
 
-    def name(self, items):
+    def name(self, items: list[Any]) -> ast.Name:
         return ast.Name(str(items[0]))
 
-    def text(self, items):
+    def text(self, items: list[Any]) -> ast.Text:
         return ast.Text(unquote(items[0]))
 
-    def condition(self, items):
+    def condition(self, items: list[Any]) -> ast.Condition:
         return ast.Condition(str(items[0]), str(items[1]), items[2], _pos(items[0]))
 
-    def where_clause(self, items):
+    def where_clause(self, items: list[Any]) -> tuple[str, Any]:
         return ("where", tuple(i for i in items if isinstance(i, ast.Condition)))
 
-    def order_key(self, items):
+    def order_key(self, items: list[Any]) -> ast.OrderKey:
         direction = _tokens(items, "DIRECTION")
         return ast.OrderKey(str(items[0]), None if not direction else str(direction[0]).lower() == "desc",
                             _pos(items[0]))
 
-    def order_clause(self, items):
+    def order_clause(self, items: list[Any]) -> tuple[str, Any]:
         return ("order", tuple(i for i in items if isinstance(i, ast.OrderKey)))
 
-    def criterion(self, items):
+    def criterion(self, items: list[Any]) -> ast.Criterion:
         weight = _tokens(items, "NUMBER")
         return ast.Criterion(str(items[0]), _finite(weight[0]) if weight else None, _pos(items[0]))
 
-    def rank_clause(self, items):
+    def rank_clause(self, items: list[Any]) -> tuple[str, Any]:
         return ("rank", tuple(i for i in items if isinstance(i, ast.Criterion)))
 
-    def limit_clause(self, items):
+    def limit_clause(self, items: list[Any]) -> tuple[str, Any]:
         tok = items[1]
         if len(str(tok).lstrip("0")) > len(str(MAX_LIMIT)) or int(tok) > MAX_LIMIT:
             raise DslValueError(f"limit {str(tok)[:20]} is above the maximum {MAX_LIMIT}", *_at(tok))
         return ("limit", int(tok))
 
-    def threshold_clause(self, items):
+    def threshold_clause(self, items: list[Any]) -> tuple[str, Any]:
         value = _finite(items[1])
         if not 0 <= value <= 1:
             raise DslValueError(f"a similarity threshold lies in [0, 1], got {items[1]}", *_at(items[1]))
         return ("threshold", value)
 
-    def _run(self, items):
+    def _run(self, items: list[Any]) -> ast.RunRef:
         return next(i for i in items if isinstance(i, ast.RunRef))
 
-    def _ident(self, items):
+    def _ident(self, items: list[Any]) -> ast.Ident:
         return next(i for i in items if isinstance(i, ast.Ident))
 
-    def symptoms_q(self, items):
+    def symptoms_q(self, items: list[Any]) -> ast.SymptomsQuery:
         return ast.SymptomsQuery(self._run(items), **_clauses(items))
 
-    def causes_q(self, items):
+    def causes_q(self, items: list[Any]) -> ast.CausesQuery:
         return ast.CausesQuery(self._run(items), **_clauses(items))
 
-    def explain_q(self, items):
+    def explain_q(self, items: list[Any]) -> ast.ExplainQuery:
         return ast.ExplainQuery(self._ident(items), self._run(items))
 
-    def suggest_q(self, items):
+    def suggest_q(self, items: list[Any]) -> ast.SuggestQuery:
         return ast.SuggestQuery(self._run(items), **_clauses(items))
 
-    def remedies_q(self, items):
+    def remedies_q(self, items: list[Any]) -> ast.RemediesQuery:
         return ast.RemediesQuery(self._ident(items), **_clauses(items))
 
-    def cases_q(self, items):
+    def cases_q(self, items: list[Any]) -> ast.CasesQuery:
         return ast.CasesQuery(self._run(items), **_clauses(items))
 
-    def experiments_q(self, items):
+    def experiments_q(self, items: list[Any]) -> ast.ExperimentsQuery:
         return ast.ExperimentsQuery(self._ident(items), **_clauses(items))
 
-    def runs_q(self, items):
+    def runs_q(self, items: list[Any]) -> ast.RunsQuery:
         return ast.RunsQuery(**_clauses(items))
 
 

@@ -45,7 +45,7 @@ class Vocabulary:
     def items(self, cls: str) -> dict[str, list[str]]:
         """For class ``cls`` (Cause, Symptom, Remedy): normalised name → IRIs (local name and labels)."""
         if cls not in self._items:
-            rows = self.store.query(f"""SELECT DISTINCT ?x ?label WHERE {{ ?x a dt:{cls} .
+            rows = self.store.select(f"""SELECT DISTINCT ?x ?label WHERE {{ ?x a dt:{cls} .
                 OPTIONAL {{ {{ ?x skos:prefLabel ?label }} UNION {{ ?x skos:altLabel ?label }} }} }}""").dicts()
             names: dict[str, list[str]] = {}
             for r in rows:
@@ -76,7 +76,7 @@ class Vocabulary:
     def keywords(self, cls: str) -> dict[str, str]:
         """keyword → IRI of the individuals of an ontology class (``Dimension``: gradient → dt:GradientFlow)."""
         if self._keywords is None:
-            rows = self.store.query(f"""SELECT ?cls ?kw ?x WHERE {{
+            rows = self.store.select(f"""SELECT ?cls ?kw ?x WHERE {{
                 VALUES ?cls {{ {' '.join(iri(DT + c) for c in KEYWORD_CLASSES)} }}
                 ?x a ?cls ; dt:keyword ?kw }}""").dicts()
             self._keywords = {}
@@ -99,24 +99,25 @@ class Vocabulary:
 
     def risk_rank(self, level: str) -> int:
         """The ``dt:rank`` of a risk level IRI (1 = low)."""
-        value = self.store.query(f"SELECT ?r WHERE {{ {iri(level)} dt:rank ?r }}").scalar()
+        value = self.store.select(f"SELECT ?r WHERE {{ {iri(level)} dt:rank ?r }}").scalar()
         return int(value or 0)
 
     def run_id(self, run: ast.RunRef) -> str:
         """The id of the run a query names (by id, or by run directory for a quoted path)."""
         if run.path is not None:
             return self._run_by_path(run)
+        run_id = run.id or ""  # a reference without a path has an id (the grammar); "" fails the check
         try:
-            check_run_id(run.id or "")
+            check_run_id(run_id)
         except ValueError:
-            raise DslNameError("run", run.id or "", (), run.pos.line, run.pos.column) from None
-        if not self.store.query(f"ASK {{ GRAPH {iri(run_graph(run.id))} {{ {iri(run_base(run.id))} "
-                                f"a dt:TrainingRun }} }}"):
-            raise DslNameError("run", run.id, suggestions(run.id, self.run_ids()), run.pos.line, run.pos.column)
-        return run.id
+            raise DslNameError("run", run_id, (), run.pos.line, run.pos.column) from None
+        if not self.store.ask(f"ASK {{ GRAPH {iri(run_graph(run_id))} {{ {iri(run_base(run_id))} "
+                              f"a dt:TrainingRun }} }}"):
+            raise DslNameError("run", run_id, suggestions(run_id, self.run_ids()), run.pos.line, run.pos.column)
+        return run_id
 
     def run_ids(self) -> list[str]:
-        return self.store.query("SELECT DISTINCT ?id WHERE { ?r a dt:TrainingRun ; dt:runId ?id }").column("id")
+        return self.store.select("SELECT DISTINCT ?id WHERE { ?r a dt:TrainingRun ; dt:runId ?id }").column("id")
 
     def _run_by_path(self, run: ast.RunRef) -> str:
         text = run.path or ""
@@ -127,13 +128,13 @@ class Vocabulary:
         except (OSError, RuntimeError, ValueError):
             pass
         values = " ".join(literal(c) for c in dict.fromkeys(candidates))
-        rows = self.store.query(f"""SELECT DISTINCT ?id WHERE {{ VALUES ?dir {{ {values} }}
+        rows = self.store.select(f"""SELECT DISTINCT ?id WHERE {{ VALUES ?dir {{ {values} }}
             ?r a dt:TrainingRun ; dt:runDir ?dir ; dt:runId ?id }} ORDER BY ?id""").column("id")
         if rows:
             return str(rows[0])
         name = Path(text).name
         try:
-            if name and self.store.query(f"ASK {{ {iri(run_base(check_run_id(name)))} a dt:TrainingRun }}"):
+            if name and self.store.ask(f"ASK {{ {iri(run_base(check_run_id(name)))} a dt:TrainingRun }}"):
                 return name
         except (ValueError, KgError):
             pass

@@ -97,9 +97,9 @@ class Recording(Thresholds):
         self.read.add(key)
         return super().__getitem__(key)
 
-    def get(self, key: str, default=None):
+    def get(self, key: str) -> float | None:  # type: ignore[override]
         self.read.add(key)
-        return super().get(key, default)
+        return super().get(key)
 
 
 def _view(run_dir) -> TelemetryView:

@@ -115,7 +115,7 @@ def test_probe_samples_hardware_at_the_knowledge_base_cadence(tmp_path):
 
     th = thresholds()
     interval = th["hardware.sample_interval_s"]
-    assert 10.0 / interval >= 2 * th.int("hardware.min_samples")  # a 10 s run has the samples its detectors need
+    assert 10.0 / interval >= 2 * th.as_int("hardware.min_samples")  # a 10 s run has the samples its detectors need
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     with debugtune.attach(model, opt, tmp_path / "run", detectors=False) as probe:

@@ -110,6 +110,20 @@ def test_result_kinds(store):
     assert [r["loss"] for r in rows.dicts()] == [2.5, 1.5]
 
 
+def test_typed_methods(store):
+    """select / ask / construct give one result type each; a query of another form fails before it runs."""
+    _load(store)
+    assert store.ask("ASK { ?s ?p ?o }") is True
+    assert store.ask("PREFIX ex: <http://example.org/> ASK { ex:r1 ex:lr 7 }") is False
+    graph = store.construct("CONSTRUCT { ?s ?p ?o } WHERE { GRAPH <urn:test:b> { ?s ?p ?o } }")
+    assert isinstance(graph, GraphResult) and len(graph) == 4
+    assert [r["loss"] for r in store.select(QUERIES["join_filter_order"]).dicts()] == [2.5, 1.5]
+    for method, text in ((store.select, "ASK { ?s ?p ?o }"), (store.ask, "SELECT ?s WHERE { ?s ?p ?o }"),
+                         (store.construct, "# a comment\nSELECT * WHERE { ?s ?p ?o }")):
+        with pytest.raises(KgError, match="query was expected"):
+            method(text)
+
+
 def test_update_and_dataset(store):
     _load(store)
     store.update('INSERT DATA { GRAPH <urn:test:c> { <http://example.org/x> <http://example.org/p> "1" } }')

@@ -17,6 +17,7 @@ from debugtune.engine.suggest import (
 )
 from debugtune.kg import open_store
 from debugtune.kg.assertions import replace_diagnosis
+from debugtune.kg.errors import MissingThresholdError
 from debugtune.kg.namespaces import GRAPH_KB, GRAPH_LOCAL
 from debugtune.kg.records import Finding, Hypothesis
 from tests.query_kb import PACKAGE, load_test_kb, make_store
@@ -186,7 +187,7 @@ def test_unknown_run_and_remedy_name_the_closest(store):
 def test_missing_thresholds_are_a_clear_error():
     st_ = open_store(None)
     replace_diagnosis(st_, "r", {}, [], hypotheses=[Hypothesis("GateInitBias", 0.5, ("GateInitBias",), (), "x", 1)])
-    with pytest.raises(SuggestError, match="suggest.weight.effectiveness"):
+    with pytest.raises(MissingThresholdError, match="suggest.weight.effectiveness"):
         suggest(st_, "r")
 
 

@@ -157,12 +157,12 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
     per, healthy = rates(samples, th["infer.evidence_floor"])
     direct = {(link.source, link.target) for link in model.links}
     weight = th["calibration.prior_weight"]
-    min_judged, min_rate, margin = (th.int("calibration.profile_min_judged"), th["calibration.link_min_rate"],
+    min_judged, min_rate, margin = (th.as_int("calibration.profile_min_judged"), th["calibration.link_min_rate"],
                                     th["calibration.link_margin"])
     h_rate = {k: v[0] / max(v[1], 1) for k, v in healthy.items()}
     leak_now = {sym: smoothed(k, m, th["infer.leak"], weight) for sym, (k, m) in healthy.items()}
     leaks = {sym: (max(leak_now[sym], th["infer.leak_floor"]), k, m) for sym, (k, m) in healthy.items()
-             if m >= th.int("calibration.leak_min_controls")}
+             if m >= th.as_int("calibration.leak_min_controls")}
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     runs: dict[tuple[str, str], int] = {}
     links: dict[tuple[str, str], tuple[float, str]] = {}
@@ -170,7 +170,7 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
         judged = {sym: kn for sym, kn in table.items() if kn[1] >= min_judged}
         if not judged:
             continue
-        prior = activation(model, cause, th.int("infer.max_depth"))  # the knowledge base's estimate
+        prior = activation(model, cause, th.as_int("infer.max_depth"))  # the knowledge base's estimate
         profiles[cause][prof] = {sym: smoothed(k, m, max(prior.get(sym, 0.0), leak_now.get(sym, th["infer.leak"])),
                                                weight) for sym, (k, m) in judged.items()}
         runs[(cause, prof)] = max(kn[1] for kn in judged.values())
@@ -269,7 +269,7 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
     order = sorted((c for c in conf if c != UNKNOWN and c in sc.reportable), key=lambda c: -conf[c])
     causes: list[str] = []
     if order and conf[order[0]] >= th["infer.report_threshold"]:
-        for c in order[: th.int("infer.max_hypotheses")]:
+        for c in order[: th.as_int("infer.max_hypotheses")]:
             if causes and conf[c] < th["infer.list_threshold"]:
                 break
             causes.append(c)
@@ -385,7 +385,7 @@ def base_store() -> Store:
 
 def cause_sources(store: Store) -> dict[str, str]:
     """Cause local name → one of its sources (a generated item cites the cause's own source)."""
-    return {r["c"].rsplit("/", 1)[-1]: r["src"] for r in store.query(
+    return {r["c"].rsplit("/", 1)[-1]: r["src"] for r in store.select(
         "SELECT ?c (SAMPLE(?s) AS ?src) WHERE { ?c a dt:Cause ; dct:source ?s } GROUP BY ?c").dicts()}
 
 

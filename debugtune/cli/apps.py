@@ -16,7 +16,7 @@ from typer.core import TyperCommand, TyperGroup
 
 #: command → (module under debugtune.cli that registers it, the line the command listing shows)
 DEBUG_COMMANDS: dict[str, tuple[str, str]] = {
-    "kb": ("kb_cmd", "The knowledge base: statistics, SHACL check, export."),
+    "kb": ("kb_cmd", "The knowledge base: statistics, SHACL check, export, one item in one place (show)."),
     "import": ("import_cmd", "Import profiler output or training logs into a run directory (nothing is written "
                              "if the input is bad)."),
     "diagnose": ("diagnose_cmd", "Find symptoms in a run's telemetry (all four dimensions unless some are named) "
@@ -106,5 +106,5 @@ tune_app = typer.Typer(
     pretty_exceptions_enable=False, rich_markup_mode=None,
     help="Tune and share fixes: Bayesian tuning, case packages, feedback, ROI.")
 kb_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
-                     help="The knowledge base: statistics, SHACL check, export.")
+                     help="The knowledge base: statistics, SHACL check, export, one item in one place (show).")
 debug_app.add_typer(kb_app, name="kb")

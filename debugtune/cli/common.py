@@ -139,10 +139,10 @@ def show_table(columns: Sequence[Col | str], rows: Sequence[Sequence[str]], *, t
     ranges = _ranges(out, cols, rows)
     shown = list(range(len(cols)))
     if wide:
-        widths = [hi for _, hi in ranges]
-        total = max(sum(widths) + 3 * (len(widths) - 1), out.width)  # a console prints no wider than its width
+        full = [hi for _, hi in ranges]
+        total = max(sum(full) + 3 * (len(full) - 1), out.width)  # a console prints no wider than its width
         Console(file=out.file, width=total, force_terminal=out.is_terminal, no_color=out.no_color,
-                highlight=False).print(_table(cols, rows, shown, title, widths))
+                highlight=False).print(_table(cols, rows, shown, title, full))
         return
     movable = [i for i in reversed(shown) if not cols[i].keep and i != key]
     widths = _fit(ranges, out.width)

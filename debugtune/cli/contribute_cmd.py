@@ -40,7 +40,7 @@ def _resolve_run(st: Store, run: str, json_out: bool) -> tuple[str, str | None]:
             fail(f"{run} is neither a run directory nor a run id")
     run_id = str(read_run_json(path).get("run_id") or path.resolve().name) if (path / RUN_JSON).is_file() \
         else path.resolve().name
-    if not st.query(run_exists_sparql(run_id)):
+    if not st.ask(run_exists_sparql(run_id)):
         from debugtune.api import diagnose
 
         with _busy(f"diagnosing {path} first (the store has no diagnosis of run {run_id})", json_out):

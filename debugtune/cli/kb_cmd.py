@@ -84,3 +84,24 @@ def export(
                   f"{sum(result.graphs.values())} triples")
     for graph, n in result.graphs.items():
         console.print(f"  {escape(graph)}: {n}")
+
+
+@kb_app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="A cause, symptom, remedy, prevention rule (or its id), case, link or "
+                                             "threshold: its local name (GateInitBias) or IRI.")],
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Everything the knowledge base says about one item: definition and sources, causal links in and out, remedies
+    and their parameters, cases, calibration, thresholds, detectors and prevention rules (docs/knowledge-base.md)."""
+    from debugtune.kb_view import show as gather
+
+    with session_store(store) as st:
+        data = gather(st, name)
+    if json_out:
+        emit_json(data)
+        return
+    from debugtune.cli.kb_show_text import print_item
+
+    print_item(console, data)

@@ -93,7 +93,7 @@ def query(
             fail("give the SPARQL query as the argument")
         check_sparql(text, bounds=SparqlBounds(services=tuple(allow_service or ())))
     with session_store(store, read_only=True) as st:
-        if raw_sparql:
+        if raw_sparql and text:  # (no text was refused above)
             print_result(st.query(text), json_out, wide=wide)
         elif text is None:
             prompt(st, show_sparql=sparql)

@@ -20,7 +20,7 @@ REPORT_FILE = "report.html"
 
 def known_run(store: Store, run_id: str) -> bool:
     """Whether the store holds a diagnosed run with this id."""
-    return bool(store.query(f"ASK {{ ?r a dt:TrainingRun ; dt:runId {literal(run_id)} }}"))
+    return bool(store.ask(f"ASK {{ ?r a dt:TrainingRun ; dt:runId {literal(run_id)} }}"))
 
 
 def resolve_report_run(store: Store, run: str, *, rediagnose: bool = False) -> tuple[str, Path | None]:
@@ -37,7 +37,7 @@ def resolve_report_run(store: Store, run: str, *, rediagnose: bool = False) -> t
         from debugtune.engine.suggest.similarity import require_run
 
         require_run(store, run)  # names the closest stored runs when unknown
-        dirs = store.query(f"SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId {literal(run)} ; dt:runDir ?dir }}")
+        dirs = store.select(f"SELECT ?dir WHERE {{ ?r a dt:TrainingRun ; dt:runId {literal(run)} ; dt:runDir ?dir }}")
         return run, next((Path(d) for d in dirs.column("dir") if d and Path(d).is_dir()), None)
     run_dir, fmt = resolve_run(path, store)
     run_dir = run_dir.resolve()
@@ -110,7 +110,7 @@ def report(
 
 def latest_run_dir(store: Store) -> Path | None:
     """The directory of the most recently diagnosed run the store holds whose directory is on this machine."""
-    rows = store.query("""SELECT ?dir (MAX(STR(?t)) AS ?when) WHERE {
+    rows = store.select("""SELECT ?dir (MAX(STR(?t)) AS ?when) WHERE {
         ?r a dt:TrainingRun ; dt:runDir ?dir . OPTIONAL { ?f dt:inRun ?r ; sosa:resultTime ?t }
     } GROUP BY ?dir ORDER BY DESC(?when)""").dicts()
     return next((Path(r["dir"]) for r in rows if r["dir"] and Path(r["dir"]).is_dir()), None)

@@ -110,8 +110,8 @@ def serve(
         url = f"{'https' if tls else 'http'}://{host}:{port}"
         console.print(f"serving {st.target} at {url} (updates "
                       f"{'enabled with the bearer token' if allow_update else 'disabled'}):", highlight=False)
-        for name, path in SERVED:
-            console.print(f"  {name:<15} {url}{path}", highlight=False)
+        for name, route in SERVED:
+            console.print(f"  {name:<15} {url}{route}", highlight=False)
         try:
             uvicorn.run(app, host=host, port=port, log_level="warning",
                         ssl_certfile=str(ssl_certfile) if tls else None, ssl_keyfile=str(ssl_keyfile) if tls else None)

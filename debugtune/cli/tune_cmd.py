@@ -86,7 +86,7 @@ def print_summary(res: AutoResult, *, wide: bool = False) -> None:
     share = f", {res.budget_share:.1%} of the run's training cost" if res.budget_share is not None else ""
     console.print(f"[bold]cost[/]: {r.spent:.4g} card-hours spent{budget}{run_cost}{share}", highlight=False)
     if res.history.tasks:
-        last = next((t.weights for t in reversed(r.trials) if t.weights), {})
+        last: dict[str, float] = next((t.weights for t in reversed(r.trials) if t.weights), {})
         used = ", ".join(f"{t.name} ({len(t)} exp, sim {t.similarity:.2f}"
                          + (f", weight {last[t.name]:.2f})" if t.name in last else ")") for t in res.history.tasks)
         console.print(f"[bold]history[/]: {escape(used)}", highlight=False)

@@ -29,8 +29,10 @@ def _sum_bytes(ts: Any) -> int:
     return sum(_nbytes(t) for t in ts)
 
 
+#: bytes of a call from its (args, kwargs)
+SizeOf = Callable[[tuple[Any, ...], dict[str, Any]], int]
 # Function name → bytes of the call from its (args, kwargs).
-_SIZE: dict[str, Callable[[tuple, dict], int]] = {
+_SIZE: dict[str, SizeOf] = {
     "all_reduce": lambda a, k: _nbytes(a[0] if a else k["tensor"]),
     "broadcast": lambda a, k: _nbytes(a[0] if a else k["tensor"]),
     "all_gather": lambda a, k: _sum_bytes(a[0] if a else k["tensor_list"]),
@@ -69,7 +71,7 @@ class CollectiveTimer:
             setattr(module, name, original)
         self._saved.clear()
 
-    def _wrap(self, original: Callable[..., Any], kind: str, size: Callable[[tuple, dict], int]) -> Callable[..., Any]:
+    def _wrap(self, original: Callable[..., Any], kind: str, size: SizeOf) -> Callable[..., Any]:
         @wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
@@ -80,7 +82,7 @@ class CollectiveTimer:
 
         return timed
 
-    def _record(self, kind: str, size: Callable[[tuple, dict], int], args: tuple, kwargs: dict, ms: float) -> None:
+    def _record(self, kind: str, size: SizeOf, args: tuple[Any, ...], kwargs: dict[str, Any], ms: float) -> None:
         try:
             entry = self.totals.setdefault(kind, [0.0, 0.0, 0.0])
             entry[0] += ms

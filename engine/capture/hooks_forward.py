@@ -70,7 +70,8 @@ def first_tensor(value: Any) -> Any:
 
 def _row(t: Any, eps: float = 0.0, large: float = math.inf) -> np.ndarray:
     values, _ = start_stats([t], eps, large, background=False).finish()
-    return values[0]
+    row: np.ndarray = values[0]
+    return row
 
 
 @dataclass

@@ -70,5 +70,6 @@ class RouterWatch:
     def take(self) -> np.ndarray | None:
         if self.counts is None:
             return None
-        out, self.counts = self.counts.cpu().numpy().astype(np.float64), None
+        out: np.ndarray = self.counts.cpu().numpy().astype(np.float64)
+        self.counts = None
         return out

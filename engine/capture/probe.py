@@ -56,6 +56,7 @@ from debugtune.engine.capture.probe_measure import (
 )
 from debugtune.engine.telemetry import TelemetryWriter, dimension_of, environment_snapshot, write_run_json
 from debugtune.engine.telemetry.aliases import canonical
+from debugtune.kg.knowledge import Thresholds
 from debugtune.native import STAT_FIELDS, DetectorParams, HardwareSampler, StreamDetectors
 
 TINY_EPS_KEY = "probe.grad_tiny_eps"
@@ -65,7 +66,7 @@ SAMPLE_INTERVAL_KEY = "hardware.sample_interval_s"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
 
 
-def knowledge_thresholds() -> dict[str, float]:
+def knowledge_thresholds() -> Thresholds:
     """Every threshold of the shipped knowledge base (loaded into an in-memory store)."""
     from debugtune.kg.knowledge import load_knowledge, thresholds
     from debugtune.kg.open import open_store
@@ -108,7 +109,7 @@ class Probe:
         self.writer = TelemetryWriter(self.run_dir, self.run_id, rank=self.rank, flush_rows=flush_rows,
                                       flush_seconds=flush_seconds, on_error="drop")
 
-        th = dict(thresholds) if thresholds is not None else self._load_thresholds()
+        th = Thresholds(thresholds) if thresholds is not None else self._load_thresholds()
         self.detail_every, self.detail_from = self._cadence(detail_every, th)
         self.tiny_eps = th.get(TINY_EPS_KEY)
         if self.tiny_eps is None:
@@ -149,8 +150,10 @@ class Probe:
         except BaseException:  # attach fails whole: no hook is left behind
             self._detach()
             raise
-        if hardware_interval is None:  # the knowledge base's cadence, else the sampler's own default
-            hardware_interval = th.get(SAMPLE_INTERVAL_KEY, HardwareSampler.DEFAULT_INTERVAL_S)
+        if hardware_interval is None:  # the knowledge base's cadence; a caller's table without it: the sampler's
+            hardware_interval = th.get(SAMPLE_INTERVAL_KEY)
+            if hardware_interval is None:
+                hardware_interval = HardwareSampler.DEFAULT_INTERVAL_S
         self.sampler = self._start_sampler(float(hardware_interval)) if hardware else None
         atexit.register(self.close)  # a probe never closed still flushes its telemetry at exit
         self.set_meta()
@@ -165,12 +168,12 @@ class Probe:
             return max(1, round(th[DETAIL_EVERY_KEY])), "knowledge base"
         return 1, f"no threshold {DETAIL_EVERY_KEY!r}: every recorded step"
 
-    def _load_thresholds(self) -> dict[str, float]:
+    def _load_thresholds(self) -> Thresholds:
         try:
             return knowledge_thresholds()
         except Exception as exc:  # noqa: BLE001 — a broken knowledge base disables features, not training
             self.errors.add("thresholds", exc)
-            return {}
+            return Thresholds({})
 
     def _make_detectors(self, th: Mapping[str, float]) -> StreamDetectors | None:
         try:
@@ -450,6 +453,8 @@ class Probe:
 
     def _drain_hardware(self, step: int) -> None:
         self._last_drain = time.monotonic()
+        if self.sampler is None:
+            return
         samples = self.sampler.drain()
         if len(samples):
             from debugtune.native.sampler import METRICS

@@ -153,7 +153,7 @@ class Evidence:
 
     def _on_router(self, logits: RouterLogits, module: Any, inputs: Any, output: Any) -> None:
         try:
-            if self.forward.training()[1]:
+            if self.forward.training()[1] and self.simplex_tol is not None:  # hooked only with it
                 logits.observe(output, self.simplex_tol)
         except Exception as exc:  # noqa: BLE001
             self.errors.add("router_logit_hook", exc)

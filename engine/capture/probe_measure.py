@@ -57,7 +57,7 @@ class StepRows:
         self.entities: list[str] = []
         self.values: list[np.ndarray] = []
 
-    def add(self, dim: str, metric: str, entities: Sequence[str], values: Any) -> None:
+    def add(self, dim: str, metric: str, entities: Sequence[str] | np.ndarray, values: Any) -> None:
         vals = np.asarray(values, dtype=np.float64).reshape(-1)
         n = len(vals)
         self.dims += [dim] * n
@@ -107,7 +107,7 @@ def start_stats(tensors: list[Any], eps: float, large: float, hist: bool = False
     counts = np.zeros((len(tensors), len(HIST_LABELS)), dtype=np.int64) if hist else None
     if other:
         rows[other], got = torch_stats_many([tensors[i] for i in other], eps, large=large, hist=hist)
-        if counts is not None:
+        if counts is not None and got is not None:
             counts[other] = got
     if not native:
         return _Split(rows, native, None, counts)
@@ -242,6 +242,8 @@ def start_updates(layout: ParamLayout, snaps: Snapshots, positions: Sequence[int
         norms[other] = torch_update_norms([after[k] for k in other], [before[k] for k in other])
     pending = (native_updates_start([after[k] for k in native], [before[k] for k in native], threads=1)
                if native else None)
+    if snaps.step is None:
+        raise ValueError("start_updates needs the snapshot of the step (Snapshots.take)")
     job = UpdateJob(snaps.step, np.array(positions, dtype=np.int64), _Split(norms, native, pending))
     snaps.step = None
     return job

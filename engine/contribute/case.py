@@ -52,7 +52,7 @@ class Choice:
 
 
 def _run_dir(store: Store, run_id: str) -> str | None:
-    rows = store.query(f"SELECT ?d WHERE {{ GRAPH {iri(run_base(run_id))} {{ ?r dt:runId {literal(run_id)} ; "
+    rows = store.select(f"SELECT ?d WHERE {{ GRAPH {iri(run_base(run_id))} {{ ?r dt:runId {literal(run_id)} ; "
                        f"dt:runDir ?d }} }}").column("d")
     return str(rows[0]) if rows else None
 
@@ -80,8 +80,8 @@ def gather(store: Store, run_id: str, run_dir: str | Path | None = None) -> RunF
 
 def _require(store: Store, cls: str, name: str) -> str:
     local = local_name(name)
-    if not store.query(f"ASK {{ {iri(KB + local)} a dt:{cls} }}"):
-        known = [local_name(x) for x in store.query(f"SELECT DISTINCT ?x WHERE {{ ?x a dt:{cls} }}").column("x")]
+    if not store.ask(f"ASK {{ {iri(KB + local)} a dt:{cls} }}"):
+        known = [local_name(x) for x in store.select(f"SELECT DISTINCT ?x WHERE {{ ?x a dt:{cls} }}").column("x")]
         raise ContributeError(unknown(cls.lower(), name, known))
     return local
 
@@ -133,6 +133,6 @@ def choose(store: Store, facts: RunFacts, *, cause: str | None = None, remedy: s
                                   "pass --remedy NAME")
         remedy = _require(store, "Remedy", experiment.remedy)
         notes.append(f"applied remedy {remedy}: the best experiment ({experiment.id})")
-    if not store.query(f"ASK {{ {iri(KB + remedy)} dt:addresses {iri(KB + cause)} }}"):
+    if not store.ask(f"ASK {{ {iri(KB + remedy)} dt:addresses {iri(KB + cause)} }}"):
         notes.append(f"note: the knowledge base does not list {remedy} as addressing {cause}")
     return Choice(cause, remedy, outcome, hypothesis, experiment, tuple(notes))

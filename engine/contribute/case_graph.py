@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,7 +75,7 @@ def _add_findings(g: _Graph, facts: RunFacts, run: str, scrub: Scrubber) -> dict
     return nodes
 
 
-def _add_values(g: _Graph, node: ox.NamedNode, prop: str, cls: str, values: dict[str, float | str | bool],
+def _add_values(g: _Graph, node: ox.NamedNode, prop: str, cls: str, values: Mapping[str, float | str | bool],
                 scrub: Scrubber, where: str) -> None:
     """Named values (evidence, objectives) as nodes ``<node>/<kind>/<j>`` with a metric name and a value: a
     number, or a categorical string (scrubbed like any text) or flag, as ``kg.assertions`` writes them."""
@@ -183,10 +183,10 @@ def case_triples(facts: RunFacts, choice: Choice, scrub: Scrubber, *, case_iri: 
         g.add(run_node, DT + "worldSize", int(facts.meta["world_size"]))
     findings = _add_findings(g, facts, run, scrub)
     hyp = _add_hypothesis(g, choice, run, findings, scrub)
-    for node in [*findings.values(), *([hyp] if hyp else [])]:
-        g.add(case, PROV + "wasDerivedFrom", node)
-    for node in _add_experiments(g, facts, run, scrub):
-        g.add(case, DT + "hasExperiment", node)
+    for derived in [*findings.values(), *([hyp] if hyp else [])]:
+        g.add(case, PROV + "wasDerivedFrom", derived)
+    for experiment in _add_experiments(g, facts, run, scrub):
+        g.add(case, DT + "hasExperiment", experiment)
     agent = contributor_node(case_iri, attribution)
     g.add(case, PROV + "wasAttributedTo", agent)
     g.add(agent, RDF + "type", _n(PROV + "Agent"))
@@ -199,10 +199,14 @@ def turtle(triples: Iterable[ox.Triple]) -> bytes:
     return ox.serialize(list(triples), format=ox.RdfFormat.TURTLE, prefixes=CASE_PREFIXES) or b""
 
 
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def environment(meta: dict[str, Any], scrub: Scrubber) -> dict[str, Any]:
     """Versions only, from run.json: Python, framework, packages, OS kind, device kind and count."""
-    env = meta.get("environment") if isinstance(meta.get("environment"), dict) else {}
-    platform = env.get("platform") if isinstance(env.get("platform"), dict) else {}
+    env = _mapping(meta.get("environment"))
+    platform = _mapping(env.get("platform"))
     out: dict[str, Any] = {}
     candidates = {"python": env.get("python"), "implementation": env.get("implementation"),
                   "framework": meta.get("framework"), "framework_version": meta.get("framework_version"),
@@ -215,7 +219,7 @@ def environment(meta: dict[str, Any], scrub: Scrubber) -> dict[str, Any]:
         value = env.get(key, meta.get(key))
         if isinstance(value, int) and not isinstance(value, bool):
             out[key] = value
-    packages = env.get("packages") if isinstance(env.get("packages"), dict) else {}
+    packages = _mapping(env.get("packages"))
     kept = {str(k): str(v) for k, v in packages.items()
             if isinstance(v, str) and _PACKAGE.match(str(k)) and _VERSION.match(v)}
     out["packages"] = {scrub.package(k, "environment.json: packages"): scrub.text(v, "environment.json: packages")

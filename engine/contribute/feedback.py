@@ -63,7 +63,7 @@ def reporter_iri(name: str | None = None) -> str:
 
 
 def _earlier(store: Store, case: str, reporter: str) -> str | None:
-    rows = store.query(f"""SELECT ?when WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ ?e a prov:Activity ;
+    rows = store.select(f"""SELECT ?when WHERE {{ GRAPH {iri(GRAPH_LOCAL)} {{ ?e a prov:Activity ;
         prov:used {iri(case)} ; prov:wasAssociatedWith {iri(reporter)} ; prov:endedAtTime ?when }} }}
         ORDER BY ?when LIMIT 1""").column("when")
     return str(rows[0]) if rows else None
@@ -73,7 +73,7 @@ def _cases_in_graphs(store: Store, graphs: list[str]) -> list[str]:
     if not graphs:
         return []
     values = " ".join(iri(g) for g in graphs)
-    return sorted(store.query(f"SELECT DISTINCT ?c WHERE {{ VALUES ?g {{ {values} }} GRAPH ?g {{ ?c a dt:Case }} }}")
+    return sorted(store.select(f"SELECT DISTINCT ?c WHERE {{ VALUES ?g {{ {values} }} GRAPH ?g {{ ?c a dt:Case }} }}")
                   .column("c"))
 
 
@@ -102,7 +102,7 @@ def resolve_case(store: Store, ref: str | os.PathLike[str]) -> str:
         if graphs:
             return _one(_cases_in_graphs(store, graphs), text)
     every = "SELECT DISTINCT ?c ?label WHERE { ?c a dt:Case . OPTIONAL { ?c skos:prefLabel ?label } }"
-    rows = store.query(every).dicts()
+    rows = store.select(every).dicts()
     if ":" in text:
         return _one(sorted({r["c"] for r in rows if r["c"] == text}), text)
     found = sorted({r["c"] for r in rows if _tail(r["c"]) == text or r["label"] == text})
@@ -123,7 +123,7 @@ def record_feedback(store: Store, ref: str | os.PathLike[str], outcome: str, *,
     if outcome not in OUTCOMES:
         raise ContributeError(f"outcome must be success or failure, got {outcome!r}")
     case = resolve_case(store, ref)
-    remedies = sorted(store.query(f"SELECT DISTINCT ?r WHERE {{ {iri(case)} dt:appliedRemedy ?r . ?r a dt:Remedy }}")
+    remedies = sorted(store.select(f"SELECT DISTINCT ?r WHERE {{ {iri(case)} dt:appliedRemedy ?r . ?r a dt:Remedy }}")
                       .column("r"))
     if not remedies:
         raise ContributeError(f"case {case} has no applied remedy known to this knowledge base; nothing to count")

@@ -66,7 +66,7 @@ def _scrubbed(t: ox.Triple, scrub: Scrubber, where: str) -> ox.Triple:
 
 def importers(store: Store) -> list[str]:
     """Names of the agents recorded as importing packages or giving feedback (they are this site's people)."""
-    return store.query("""SELECT DISTINCT ?name WHERE { ?activity a prov:Activity ; prov:wasAssociatedWith ?who .
+    return store.select("""SELECT DISTINCT ?name WHERE { ?activity a prov:Activity ; prov:wasAssociatedWith ?who .
                           ?who skos:prefLabel ?name }""").column("name")
 
 

@@ -25,9 +25,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyoxigraph as ox
+
 from debugtune.engine.contribute.case import Choice, RunFacts, choose, gather
 from debugtune.engine.contribute.case_graph import case_triples, environment, turtle
-from debugtune.engine.contribute.errors import ContributeError
 from debugtune.engine.contribute.sandbox import SCENARIOS, SandboxSpec, Verdict, build_sandbox
 from debugtune.engine.contribute.scrub import Scrubber, identifying_values, local_identity
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
@@ -149,15 +150,14 @@ def contribute(store: Store, run_id: str, out: str | os.PathLike[str], *, run_di
     verdict = None
     if spec is not None:
         key = SCENARIOS[spec.scenario].threshold_key
-        limit = thresholds(store).get(key)
-        if limit is None:
-            raise ContributeError(f"the knowledge base lacks the threshold {key!r} the sandbox claim is checked with")
+        limit = thresholds(store)[key]  # the sandbox claim is checked with it
         sandbox_files, verdict = build_sandbox(spec, limit, scrub, timeout_s=options.sandbox_timeout_s)
     report = {**scrub.report(), "not_included": list(NOT_INCLUDED)}
     parts = _parts(case_iri, turtle(triples), env, report, sandbox_files)
     symptoms = sorted({s.symptom for s in facts.signature})
     label = next((t.object.value for t in triples if t.predicate.value == SKOS + "prefLabel"
-                  and t.subject.value == case_iri), case_iri)
+                  and isinstance(t.subject, ox.NamedNode) and t.subject.value == case_iri
+                  and isinstance(t.object, ox.Literal)), case_iri)
     meta = crate_metadata(
         name=f"debugtune case: {label}", description=f"A solved training problem contributed as a debugtune case "
         f"package: confirmed cause {choice.cause}, applied remedy {choice.remedy}, outcome {choice.outcome}.",

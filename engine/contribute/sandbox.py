@@ -52,7 +52,7 @@ class Scenario:
 
 
 SCENARIOS = {s.program: s for s in (
-    Scenario("moe_lm", "sandbox_moe_lm.py.txt", "debugtune.scenarios.moe", "max_vio", "moe.imbalance.maxvio",
+    Scenario("moe_lm", "sandbox_moe_lm.py", "debugtune.scenarios.moe", "max_vio", "moe.imbalance.maxvio",
              "without the remedy the experts are imbalanced (MaxVio >= {threshold}); with it they are balanced "
              "(MaxVio < {threshold}), MaxVio of the tokens per expert over the last {window:.0%} of the steps"),
 )}

@@ -36,7 +36,7 @@ class Context:
     def persist(self, key: str, steps: np.ndarray) -> int:
         """The persistence window ``key`` (training steps) in samples of a series recorded at ``steps``: a
         metric the probe writes every k-th step (update ratios on detail steps) needs fewer samples."""
-        return max(1, int(np.ceil(self.th.int(key) / self.spacing(steps))))
+        return max(1, int(np.ceil(self.th.as_int(key) / self.spacing(steps))))
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._:/-]+")

@@ -58,7 +58,7 @@ class ConvergenceData:
     @cached_property
     def _curve(self) -> LossCurve | str:
         steps, raw = self.raw
-        minimum = self.ctx.th.int("diagnose.min_steps")
+        minimum = self.ctx.th.as_int("diagnose.min_steps")
         if steps.size < minimum:
             return f"{steps.size} steps of loss recorded, at least {minimum} are needed"
         if not np.isfinite(raw).any():
@@ -103,7 +103,7 @@ def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndar
     """``mask`` with the transient after each scheduled LR drop (and warm-up) cleared."""
     out = mask.copy()
     out[: curve.judge_from] = False
-    w = ctx.th.int("convergence.lr_drop.window")
+    w = ctx.th.as_int("convergence.lr_drop.window")
     for e in curve.lr_events:
         out[e: e + w] = False
     return out
@@ -111,13 +111,13 @@ def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndar
 
 def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     th, curve = ctx.th, data.curve
-    window = th.int("convergence.spike.window")
+    window = th.as_int("convergence.spike.window")
     z = robust_z(curve.loss, window)
     jump = (curve.loss - trailing_median(curve.loss, window)) / curve.scale
     min_jump = th["convergence.spike.min_jump"]
     hit = _mask_lr_events(ctx, curve, (z > th["convergence.spike.z"]) & (jump >= min_jump))
     # Megatron's spiky-loss rule: |loss| ≥ factor × the largest |loss| of the early window.
-    early = max(2, min(th.int("convergence.spike.early_steps"), curve.n // 4))
+    early = max(2, min(th.as_int("convergence.spike.early_steps"), curve.n // 4))
     ref = float(np.max(np.abs(curve.loss[:early])))
     big = np.zeros(curve.n, dtype=bool)
     big[early:] = np.abs(curve.loss[early:]) >= th["convergence.spike.early_factor"] * ref
@@ -376,7 +376,7 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     th, curve = ctx.th, data.curve
     seg = slice(curve.judge_from, curve.n)
     y = curve.loss[seg]
-    if y.size < 4 * th.int("convergence.oscillation.min_period"):
+    if y.size < 4 * th.as_int("convergence.oscillation.min_period"):
         return
     trend = smooth(y, max(3, int(y.size * th["convergence.oscillation.trend_frac"])))
     resid = y - trend
@@ -387,7 +387,7 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     if clip > 0:
         resid = np.clip(resid, centre - clip, centre + clip)
     level = curve.scale  # amplitudes are judged against the loss scale, not a level that may near zero
-    period, peak = dominant_period(resid, th.int("convergence.oscillation.min_period"),
+    period, peak = dominant_period(resid, th.as_int("convergence.oscillation.min_period"),
                                    int(y.size * th["convergence.oscillation.max_period_frac"]))
     periodic = period > 0 and peak >= th["convergence.oscillation.min_acf"]
     amp = 0.0
@@ -398,7 +398,7 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
         period_f, amp = float(cands[k]), float(amps[k])
         periodic = amp / level >= th["convergence.oscillation.min_rel_amplitude"]
     # bouncing without a clean period: mid-frequency swings after removing step-to-step noise
-    mid = smooth(y, th.int("convergence.oscillation.noise_window")) - trend
+    mid = smooth(y, th.as_int("convergence.oscillation.noise_window")) - trend
     # robust spread (MAD): one spike must not pass for an oscillation
     bounce = MAD_TO_SIGMA * float(np.median(np.abs(mid - np.median(mid)))) * np.sqrt(2) / level
     bouncing = bounce >= th["convergence.oscillation.bounce_rel_amplitude"]
@@ -414,11 +414,11 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     limit = th["convergence.oscillation.min_rel_amplitude"] if periodic else \
         th["convergence.oscillation.bounce_rel_amplitude"]
     # onset: where the swing's local amplitude (RMS envelope over a period) first reaches half its level
-    win = max(3, int(round(period_f)) if periodic else 2 * th.int("convergence.oscillation.noise_window"))
+    win = max(3, int(round(period_f)) if periodic else 2 * th.as_int("convergence.oscillation.noise_window"))
     wave = resid if periodic else mid
     env = np.sqrt(2 * smooth(wave ** 2, win))
     onset = curve.judge_from + int(np.argmax(env >= 0.5 * rel * level))
-    det = onset + int(2 * (period_f if periodic else th.int("convergence.oscillation.noise_window")))
+    det = onset + int(2 * (period_f if periodic else th.as_int("convergence.oscillation.noise_window")))
     out.add(make_finding(
         "LossOscillation", DIM, "", curve.steps, onset, curve.n - 1, severity(rel, limit, limit * 10), ev,
         "convergence.oscillation.acf" if periodic else "convergence.oscillation.bounce", det),
@@ -430,8 +430,8 @@ def overfitting(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     es, ev = view.series("eval_loss")
     ok = np.isfinite(ev)
     es, ev = es[ok], ev[ok]
-    if es.size < th.int("convergence.overfit.min_evals"):
-        raise NotJudged(f"{es.size} evaluations recorded, at least {th.int('convergence.overfit.min_evals')} "
+    if es.size < th.as_int("convergence.overfit.min_evals"):
+        raise NotJudged(f"{es.size} evaluations recorded, at least {th.as_int('convergence.overfit.min_evals')} "
                         "are needed")
     best = int(np.argmin(ev))
     rise = (ev[-1] - ev[best]) / max(abs(ev[best]), 1e-12)
@@ -461,8 +461,8 @@ def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) ->
     es, ev = view.series("eval_accuracy")
     ok = np.isfinite(ev)
     es, ev = es[ok], ev[ok]
-    if es.size < th.int("convergence.overfit.min_evals"):
-        raise NotJudged(f"{es.size} evaluations recorded, at least {th.int('convergence.overfit.min_evals')} "
+    if es.size < th.as_int("convergence.overfit.min_evals"):
+        raise NotJudged(f"{es.size} evaluations recorded, at least {th.as_int('convergence.overfit.min_evals')} "
                         "are needed")
     ts, acc = view.series("accuracy")
     w = max(3, int(curve.n * th["convergence.window_frac"]))
@@ -470,7 +470,7 @@ def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) ->
     gap = ev - train_at
     limit = th["convergence.val_gap.min"]
     judged = es >= curve.steps[curve.judge_from]
-    if judged.sum() < th.int("convergence.overfit.min_evals"):
+    if judged.sum() < th.as_int("convergence.overfit.min_evals"):
         return
     g = gap[judged]
     level = float(np.mean(g))

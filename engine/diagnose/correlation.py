@@ -54,13 +54,13 @@ def correlation_edges(findings: Sequence[Finding], series: Mapping[str, Series],
     usable = {f.id: series[f.id] for f in findings if f.id in series and series[f.id][0].size >= 3}
     if len(usable) < 2:
         return [], graph
-    binned, width = _binned(usable, th.int("correlation.max_points"))
+    binned, width = _binned(usable, th.as_int("correlation.max_points"))
     prepared: dict[str, np.ndarray] = {}
     for key, v in binned.items():
         d = np.diff(v)
         prepared[key] = d
     keys = sorted(prepared)
-    min_overlap = th.int("correlation.min_overlap")
+    min_overlap = th.as_int("correlation.min_overlap")
     z = th["correlation.z"]
     edges: list[CorrelationEdge] = []
     for i, a in enumerate(keys):

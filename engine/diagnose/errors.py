@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from debugtune.kg.errors import DebugtuneError
+from debugtune.kg.errors import DebugtuneError, MissingThresholdError
+
+__all__ = ["DiagnoseError", "MissingThresholdError"]
 
 
 class DiagnoseError(DebugtuneError):
     """Telemetry or knowledge that the detectors cannot work with (names the run, metric or threshold)."""
-
-
-class MissingThresholdError(DiagnoseError):
-    """A detector asked for a threshold key that the knowledge base does not define."""
-
-    def __init__(self, key: str):
-        self.key = key
-        super().__init__(f"threshold {key!r} is not in the knowledge base (define it as a dt:Threshold "
-                         f"in cases/thresholds/*.ttl)")

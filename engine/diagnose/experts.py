@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -123,7 +124,8 @@ def imbalance(ctx: Context, data: ExpertData, out: Emit) -> None:
                              start + length - 1, sev, ev, "moe.imbalance", start + persist - 1), (steps, st["maxvio"]))
 
 
-def _since_onset(ctx: Context, sev: float, mask: np.ndarray, start: int, measured: dict) -> tuple[float, dict]:
+def _since_onset(ctx: Context, sev: float, mask: np.ndarray, start: int,
+                 measured: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     """Severity and evidence weighted by how much of the run since the episode began showed the condition, when
     that is less than half: an early imbalance the router (and its balancing loss) works off is a transient of a
     healthy MoE, one that holds for most of the run is evidence of a fault (evidence.scaled, the Jeffreys bound of

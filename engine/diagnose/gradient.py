@@ -117,7 +117,7 @@ def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
     if not ctx.view.has("weight_norm") or norms.empty:
         return None
     weights = _layers(ctx, ctx.view.by_entity("weight_norm"))
-    k = min(ctx.th.int("gradient.explosion.init_steps"), norms.steps.size)
+    k = min(ctx.th.as_int("gradient.explosion.init_steps"), norms.steps.size)
     w = weights.like(norms)[:, :k]
     with np.errstate(invalid="ignore", divide="ignore"):
         r = np.where(w > 0, norms.values[:, :k] / w, np.nan)
@@ -143,7 +143,7 @@ def explosion(ctx: Context, data: GradientData, out: Emit) -> None:
     n = g.size
     persist = ctx.persist("gradient.persist_steps", steps)
     # Megatron's large-grads rule: ≥ factor × the largest norm of the early window.
-    early = max(2, min(th.int("gradient.explosion.early_steps"), int(n * th["gradient.explosion.early_frac"])))
+    early = max(2, min(th.as_int("gradient.explosion.early_steps"), int(n * th["gradient.explosion.early_frac"])))
     ref = np.nanmax(g[:early])
     factor = th["gradient.explosion.factor"]
     big = np.zeros(n, dtype=bool)
@@ -159,7 +159,7 @@ def explosion(ctx: Context, data: GradientData, out: Emit) -> None:
     if init is not None:
         limit = th["gradient.explosion.init_ratio"]
         mask = np.zeros(n, dtype=bool)
-        k = min(th.int("gradient.explosion.init_steps"), n)
+        k = min(th.as_int("gradient.explosion.init_steps"), n)
         mask[:k] = init >= limit
         hits.append(("init_ratio", mask, np.full(n, init), limit))
     best = None
@@ -266,10 +266,10 @@ def sawtooth(ctx: Context, data: GradientData, out: Emit) -> None:
     g = ffill(gnorm)
     judge_from = int(g.size * th["gradient.judge_after_frac"])
     y = np.log(np.maximum(g[judge_from:], 1e-30))
-    if y.size < 4 * th.int("gradient.sawtooth.min_period") or not np.isfinite(y).all():
+    if y.size < 4 * th.as_int("gradient.sawtooth.min_period") or not np.isfinite(y).all():
         return
-    resid = y - centred_median(y, th.int("gradient.sawtooth.trend_window"))
-    period, corr = dominant_period(resid, th.int("gradient.sawtooth.min_period"), y.size // 4)
+    resid = y - centred_median(y, th.as_int("gradient.sawtooth.trend_window"))
+    period, corr = dominant_period(resid, th.as_int("gradient.sawtooth.min_period"), y.size // 4)
     rising = float(np.mean(np.diff(y) > 0))
     if not period or corr < th["gradient.sawtooth.acf"] or rising < th["gradient.sawtooth.rise_share"]:
         return

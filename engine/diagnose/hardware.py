@@ -197,7 +197,7 @@ def sampled(ctx: Context, *metrics: str) -> Samples:
     keys = np.unique(np.concatenate([p[2] for p in parts]))
     sids = np.unique(np.concatenate([p[3] * width + p[4] for p in parts]))
     values = {}
-    minimum = ctx.th.int("hardware.min_samples")
+    minimum = ctx.th.as_int("hardware.min_samples")
     for m, rows, key, step, k in parts:
         grid = np.full((keys.size, sids.size), np.nan)
         grid[np.searchsorted(keys, key), np.searchsorted(sids, step * width + k)] = view.value[rows]
@@ -209,7 +209,7 @@ def sampled(ctx: Context, *metrics: str) -> Samples:
     many = np.unique(ranks).size > 1
     labels = tuple(f"rank:{int(r)}/{view.entity_names[int(c)]}" if many else view.entity_names[int(c)]
                    for r, c in zip(ranks, keys % n_names, strict=True))
-    return Samples(labels, sids // width, values, ctx.th.int("hardware.persist_samples"))
+    return Samples(labels, sids // width, values, ctx.th.as_int("hardware.persist_samples"))
 
 
 def power(ctx: Context, data: object, out: Emit) -> None:

@@ -152,7 +152,7 @@ def run_detectors(ctx: Context, detectors: Iterable[Detector], dimensions: Itera
 def need_steps(ctx: Context, steps: np.ndarray, what: str) -> None:
     """Raise :class:`NotJudged` when ``what`` covers fewer training steps than the knowledge base's minimum (a
     metric sampled every k-th step covers k steps a sample) or has fewer than ``diagnose.min_samples`` samples."""
-    minimum, samples = ctx.th.int("diagnose.min_steps"), ctx.th.int("diagnose.min_samples")
+    minimum, samples = ctx.th.as_int("diagnose.min_steps"), ctx.th.as_int("diagnose.min_samples")
     covered = steps.size * ctx.spacing(steps)
     if covered < minimum or steps.size < samples:
         raise NotJudged(f"{steps.size} steps of {what} recorded, at least {minimum} are needed")

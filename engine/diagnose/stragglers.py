@@ -36,7 +36,7 @@ def complete(grid: Grid) -> Grid:
 def _votes(ctx: Context, values: np.ndarray) -> np.ndarray:
     """Per instance (column): the row the others waited for (shortest collective time), or −1."""
     n = values.shape[0]
-    if n > ctx.th.int("communication.slow_rank.dixon_max_n"):
+    if n > ctx.th.as_int("communication.slow_rank.dixon_max_n"):
         return sigma_low(values, ctx.th["communication.slow_rank.sigma"])
     if n >= 3:
         return dixon_low(values, {int(k): v for k, v in ctx.th.prefixed("dixon995.n").items()})
@@ -259,9 +259,9 @@ def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
     g = complete(view.by_rank("compute_ms"))
     if len(g.labels) < 2:
         raise NotJudged("fewer than two ranks with compute_ms on the same steps")
-    if g.steps.size < th.int("communication.compute_imbalance.min_steps"):
+    if g.steps.size < th.as_int("communication.compute_imbalance.min_steps"):
         raise NotJudged(f"{g.steps.size} steps of compute_ms on every rank, at least "
-                        f"{th.int('communication.compute_imbalance.min_steps')} are needed")
+                        f"{th.as_int('communication.compute_imbalance.min_steps')} are needed")
     lay = layout(ctx.meta, [int(r) for r in g.labels])
     labels = np.array(g.labels)
     cvs, tops = [], []

@@ -166,7 +166,7 @@ def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence
     w = th["infer.absent_weight"]
     cut = _order_violations(model, ev, th)
     absent = frozenset(sym for sym, x in ev.items() if not x.findings)
-    base = activation(model, cause, th.int("infer.max_depth"), cut, absent)
+    base = activation(model, cause, th.as_int("infer.max_depth"), cut, absent)
     direct = {link.target for link in model.children.get(cause, ())}
     # a cause with calibration profiles is a mixture of its presentations (e.g. mild and severe on a given kind
     # of model): measured rates replace the propagated estimate, and the likelihoods of the profiles whose runs

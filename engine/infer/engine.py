@@ -52,7 +52,7 @@ def reportable(model: CausalModel, s: CauseScore) -> bool:
 
 def candidate_causes(store: Store, run_id: str) -> list[str]:
     """Causes the rules derived for the run (``dt:candidateCause`` in the inferred graph)."""
-    rows = store.query(f"""SELECT DISTINCT ?c WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{
+    rows = store.select(f"""SELECT DISTINCT ?c WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{
         {iri(run_base(run_id))} dt:candidateCause ?c }} }}""").column("c")
     return sorted(c[len(KB):] for c in rows if isinstance(c, str) and c.startswith(KB))
 
@@ -109,7 +109,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
             advice.append(Hypothesis(s.cause, conf[s.cause], tuple(s.chain), tuple(s.findings),
                                      explanation(model, s, conf[s.cause], ev), rank=len(advice) + 1))
     if causal and conf[causal[0].cause] >= th["infer.report_threshold"]:
-        for s in causal[: th.int("infer.max_hypotheses")]:
+        for s in causal[: th.as_int("infer.max_hypotheses")]:
             c = conf[s.cause]
             if hyps and c < th["infer.list_threshold"]:
                 break

@@ -65,7 +65,7 @@ def load_model(store: Store) -> CausalModel:
     (``dt:CalibrationProfile``, cases/links-calibrated.ttl) are read per cause.
     """
     best: dict[tuple[str, str], Link] = {}
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?from ?to ?s ?lag ?measured WHERE {
               ?l a dt:CausalLink ; dt:from ?from ; dt:to ?to ; dt:strength ?s .
               OPTIONAL { ?l dt:typicalLagSteps ?lag } OPTIONAL { ?l dt:measured ?measured } }""").dicts():
@@ -76,7 +76,7 @@ def load_model(store: Store) -> CausalModel:
                     measured=r["measured"] is True)
         if (a, b) not in best or link.strength > best[(a, b)].strength:
             best[(a, b)] = link
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?from ?to (MAX(?m) AS ?min) WHERE {
               ?l dt:from ?from ; dt:to ?to ; dt:minLagSteps ?m } GROUP BY ?from ?to""").dicts():
         pair = (_local(r["from"]), _local(r["to"]))
@@ -85,13 +85,13 @@ def load_model(store: Store) -> CausalModel:
     _inherit_broader(store, best)
     labels: dict[str, str] = {}
     causes: dict[str, str] = {}
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?c (SAMPLE(?l) AS ?label) WHERE { ?c a dt:Cause . OPTIONAL { ?c skos:prefLabel ?l } }
             GROUP BY ?c""").dicts():
         if (name := _local(r["c"])) is not None:
             causes[name] = str(r["label"] or name)
     symptoms: dict[str, str] = {}
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?s (SAMPLE(?kw) AS ?dim) (SAMPLE(?l) AS ?label) WHERE {
               ?s a dt:Symptom . OPTIONAL { ?s dt:inDimension/dt:keyword ?kw } OPTIONAL { ?s skos:prefLabel ?l } }
             GROUP BY ?s""").dicts():
@@ -99,7 +99,7 @@ def load_model(store: Store) -> CausalModel:
             symptoms[name] = str(r["dim"] or "")
             labels[name] = str(r["label"] or name)
     counts: dict[str, int] = {}
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?c (COUNT(DISTINCT ?case) AS ?n) WHERE { ?case a dt:Case ; dt:confirmedCause ?c }
             GROUP BY ?c""").dicts():
         if (name := _local(r["c"])) is not None:
@@ -109,11 +109,11 @@ def load_model(store: Store) -> CausalModel:
     preconditions = _flagged(store, "dt:Symptom", "dt:precondition")
     advisory = _flagged(store, "dt:Cause", "dt:advisory")
     needs: dict[str, set[str]] = defaultdict(set)
-    for r in store.query("SELECT ?c ?s WHERE { ?c a dt:Cause ; dt:appliesWhenJudged ?s }").dicts():
+    for r in store.select("SELECT ?c ?s WHERE { ?c a dt:Cause ; dt:appliesWhenJudged ?s }").dicts():
         if (c := _local(r["c"])) is not None and (sym := _local(r["s"])) is not None:
             needs[c].add(sym)
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-    for r in store.query("""
+    for r in store.select("""
             SELECT ?p ?c ?s ?v WHERE { ?p a dt:CalibrationProfile ; dt:profileOf ?c ; dt:symptomRate ?r .
                                        ?r dt:symptom ?s ; dt:value ?v }""").dicts():
         c, sym = _local(r["c"]), _local(r["s"])
@@ -126,7 +126,7 @@ def load_model(store: Store) -> CausalModel:
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:
     """Local names of the ``cls`` individuals whose boolean ``flag`` is true."""
-    rows = store.query(f"SELECT DISTINCT ?x WHERE {{ ?x a {cls} ; {flag} true }}").column("x")
+    rows = store.select(f"SELECT DISTINCT ?x WHERE {{ ?x a {cls} ; {flag} true }}").column("x")
     return frozenset(name for x in rows if (name := _local(x)) is not None)
 
 
@@ -136,7 +136,7 @@ def _inherit_broader(store: Store, best: dict[tuple[str, str], Link]) -> None:
     has none of its own, its strength shared equally (which one a cause shows is for the calibration profiles
     to say), and the narrower ones lead where the broader one leads."""
     narrower: dict[str, list[str]] = defaultdict(list)
-    for r in store.query("SELECT ?n ?b WHERE { ?n a dt:Symptom ; skos:broader ?b . ?b a dt:Symptom }").dicts():
+    for r in store.select("SELECT ?n ?b WHERE { ?n a dt:Symptom ; skos:broader ?b . ?b a dt:Symptom }").dicts():
         narrow, broad = _local(r["n"]), _local(r["b"])
         if narrow is not None and broad is not None:
             narrower[broad].append(narrow)

@@ -5,11 +5,11 @@ own YAML into config graphs with derived values; prevention rules (SPARQL condit
 ``dt:PreventionRule``) run over them; confirmed causes whose remedy is a config change become new rules.
 """
 
-from .document import ConfigDoc, KeyIssue
-from .errors import LintError, LintInputError
-from .keys import KeyRegistry, KeySpec
-from .lint import Linter, LintResult, OffendingKey, Violation
-from .rules import DerivationRule, PreventionRule, load_derivations, load_rules
+from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
+from debugtune.engine.prevent.errors import LintError, LintInputError
+from debugtune.engine.prevent.keys import KeyRegistry, KeySpec
+from debugtune.engine.prevent.lint import Linter, LintResult, OffendingKey, Violation
+from debugtune.engine.prevent.rules import DerivationRule, PreventionRule, load_derivations, load_rules
 
 __all__ = [
     "ConfigDoc", "DerivationRule", "KeyIssue", "KeyRegistry", "KeySpec", "LintError", "LintInputError", "LintResult",

@@ -11,12 +11,11 @@ from typing import Any
 
 import pyoxigraph as ox
 
+from debugtune.engine.prevent.errors import LintError
+from debugtune.engine.prevent.schema import CheckedConfig
+from debugtune.engine.prevent.vocab import CFG, CONFIG_BASE, CONFIG_PREFIXES, ENV, is_env_name, is_graph_key
 from debugtune.kg.namespaces import DT, RDF, XSD
 from debugtune.kg.results import to_python
-
-from .errors import LintError
-from .schema import CheckedConfig
-from .vocab import CFG, CONFIG_BASE, CONFIG_PREFIXES, ENV, is_env_name, is_graph_key
 
 _BOOL, _INT, _DOUBLE = (ox.NamedNode(XSD + t) for t in ("boolean", "integer", "double"))
 

@@ -10,11 +10,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from debugtune.engine.prevent.vocab import ANY, FRAMEWORKS, parse_version
 from debugtune.kg.namespaces import DT
 from debugtune.kg.results import to_python
 from debugtune.kg.store import Store
-
-from .vocab import ANY, FRAMEWORKS, parse_version
 
 _BOOL_WORDS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False,
                "on": True, "off": False}
@@ -240,18 +239,18 @@ class KeyRegistry:
     @classmethod
     def from_store(cls, store: Store) -> KeyRegistry:
         """Read every ``dt:ConfigKey`` of the store (knowledge base and local graph)."""
-        rows = store.query("SELECT ?k ?p ?o WHERE { ?k a dt:ConfigKey ; ?p ?o }")
+        rows = store.select("SELECT ?k ?p ?o WHERE { ?k a dt:ConfigKey ; ?p ?o }")
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
             props[k.value][p.value].append(to_python(o))
-        eps = store.query("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
+        eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
             ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
             OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } }
             GROUP BY ?e ?path ?fw ?ext ?mode""").dicts()
         entry_points = [EntryPoint(str(r["path"]), str(r["fw"]), bool(r["ext"]),
                                    tuple(sorted(filter(None, str(r["groups"] or "").split("\n")))),
                                    str(r["mode"] or "training")) for r in eps]
-        variables = store.query("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
+        variables = store.select("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
         return cls((_spec(v) for v in props.values() if v.get(DT + "key")), entry_points, map(str, variables))
 
 

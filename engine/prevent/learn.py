@@ -19,19 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from debugtune import cases
+from debugtune.engine.prevent.errors import LintError
+from debugtune.engine.prevent.keys import KeyRegistry, guess_scalar
+from debugtune.engine.prevent.lint import Linter
+from debugtune.engine.prevent.rules import PreventionRule, load_derivations
+from debugtune.engine.prevent.vocab import ANY
 from debugtune.kg.assertions import read_hypotheses
+from debugtune.kg.errors import MissingThresholdError
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import DCT, DT, GRAPH_LOCAL, KB, SKOS, local_name, run_base
 from debugtune.kg.records import Hypothesis
 from debugtune.kg.results import to_python
 from debugtune.kg.sparql import iri, literal
 from debugtune.kg.store import Store
-
-from .errors import LintError
-from .keys import KeyRegistry, guess_scalar
-from .lint import Linter
-from .rules import PreventionRule, load_derivations
-from .vocab import ANY
 
 LEARNED_BASE = KB + "prevention/learned/"
 _PLACEHOLDER = re.compile(r"\{(key|from|to|from_yaml|to_yaml|framework|cause|remedy|run)\}")
@@ -113,19 +113,18 @@ def learn_from_run(store: Store, run_id: str, *, remedy: str | None = None,
 
 def _min_confidence(store: Store) -> float:
     """``prevent.learn_min_confidence`` of the knowledge base (templates.ttl): required, no default here."""
-    found = thresholds(store).get("prevent.learn_min_confidence")
-    if found is None:
-        raise LearnError("the knowledge base has no dt:Threshold prevent.learn_min_confidence "
-                         "(cases/prevention/templates.ttl); load it or pass --min-confidence")
-    return found
+    try:
+        return thresholds(store).require("prevent.learn_min_confidence")["prevent.learn_min_confidence"]
+    except MissingThresholdError as err:  # a lint error, so `cann-debug lint --learn` reports it in one line
+        raise LearnError(f"{err} (cases/prevention/templates.ttl), or pass --min-confidence") from err
 
 
 def _scopes(store: Store) -> list[Scope]:
-    rows = store.query("""SELECT ?s ?pattern ?fw ?cond ?key ?ex WHERE {
+    rows = store.select("""SELECT ?s ?pattern ?fw ?cond ?key ?ex WHERE {
         ?s a dt:RuleScope ; dt:scopeCondition ?n . ?n dt:framework ?fw ; dt:pattern ?cond ; dt:scopeKey ?key ;
            dt:exampleSettings ?ex . OPTIONAL { ?s dt:scopeKeyPattern ?pattern } }""").dicts()
     causes = defaultdict(set)
-    for r in store.query("SELECT ?s ?c WHERE { ?s a dt:RuleScope ; dt:scopeCause ?c }").dicts():
+    for r in store.select("SELECT ?s ?c WHERE { ?s a dt:RuleScope ; dt:scopeCause ?c }").dicts():
         causes[r["s"]].add(local_name(r["c"]))
     out: dict[str, Scope] = {}
     for r in rows:
@@ -135,7 +134,7 @@ def _scopes(store: Store) -> list[Scope]:
 
 
 def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
-    rows = store.query(f"""
+    rows = store.select(f"""
         SELECT ?r ?key ?from ?to ?eff WHERE {{
           ?r a dt:Remedy ; dt:addresses {iri(KB + cause)} ; dt:configChange ?ch .
           ?ch dt:configKey ?key ; dt:toValue ?to .
@@ -151,7 +150,7 @@ def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
 
 
 def _templates(store: Store) -> list[Template]:
-    rows = store.query("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
+    rows = store.select("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
     props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for t, p, o in rows.rows:
         props[t.value][p.value].append(to_python(o))

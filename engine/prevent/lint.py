@@ -9,18 +9,25 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from debugtune.engine.prevent.document import ConfigDoc
+from debugtune.engine.prevent.errors import LintError, LintInputError
+from debugtune.engine.prevent.graph import ConfigGraph, config_triples, run_derivations
+from debugtune.engine.prevent.keys import KeyRegistry
+from debugtune.engine.prevent.readers.dispatch import read_config
+from debugtune.engine.prevent.rules import DerivationRule, PreventionRule, load_derivations, load_rules
+from debugtune.engine.prevent.schema import CheckedConfig, check
+from debugtune.engine.prevent.unjudged import (
+    Unjudged,
+    derivation,
+    given_keys,
+    hidden_reason,
+    negated_keys,
+    not_judged,
+    unknown_keys,
+)
+from debugtune.engine.prevent.vocab import CONFIG_BASE, format_version, parse_version, variable_name
 from debugtune.kg.input_errors import reading
 from debugtune.kg.store import Store
-
-from .document import ConfigDoc
-from .errors import LintError, LintInputError
-from .graph import ConfigGraph, config_triples, run_derivations
-from .keys import KeyRegistry
-from .readers.dispatch import read_config
-from .rules import DerivationRule, PreventionRule, load_derivations, load_rules
-from .schema import CheckedConfig, check
-from .unjudged import Unjudged, derivation, given_keys, hidden_reason, negated_keys, not_judged, unknown_keys
-from .vocab import CONFIG_BASE, format_version, parse_version, variable_name
 
 _PLACEHOLDER = re.compile(r"\{\?([A-Za-z_][A-Za-z0-9_]*)\}")
 

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.prevent.errors import LintError
 from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import KB, local_name
 from debugtune.kg.sparql import iri
 from debugtune.kg.store import Store
-
-from .errors import LintError
 
 ROUTER_SEGMENT = re.compile(r"^(router|gate|gating|wg)$")
 """A module path segment that names an MoE router (``blocks.0.moe.router.gate``, Mixtral's ``...moe.gate``,
@@ -116,13 +115,13 @@ CHECKS = (Check("moe.router_init", "RouterBiasedAtInit", "moe.router_init.spread
 
 def _causes_and_fix(store: Store, symptom: str) -> tuple[tuple[str, ...], str]:
     """Causes linked to ``symptom`` (strongest link first) and the most effective remedy of the first one."""
-    rows = store.query(f"""SELECT ?cause ?strength WHERE {{
+    rows = store.select(f"""SELECT ?cause ?strength WHERE {{
         ?l a dt:CausalLink ; dt:from ?cause ; dt:to {iri(KB + symptom)} ; dt:strength ?strength .
         ?cause a dt:Cause }} ORDER BY DESC(?strength) ?cause""").dicts()
     causes = tuple(dict.fromkeys(local_name(r["cause"]) for r in rows))
     if not causes:
         return (), ""
-    fix = store.query(f"""SELECT ?remedy ?label WHERE {{
+    fix = store.select(f"""SELECT ?remedy ?label WHERE {{
         ?remedy a dt:Remedy ; dt:addresses {iri(KB + causes[0])} ; dt:effectiveness ?e .
         OPTIONAL {{ ?remedy skos:prefLabel ?label }} }} ORDER BY DESC(?e) ?remedy LIMIT 1""").dicts()
     if not fix:
@@ -133,13 +132,11 @@ def _causes_and_fix(store: Store, symptom: str) -> tuple[tuple[str, ...], str]:
 
 def preflight(model: Any, store: Store, *, checks: Iterable[Check] = CHECKS) -> PreflightResult:
     """Run ``checks`` on ``model`` with the store's thresholds (the knowledge base must be loaded)."""
-    th = thresholds(store)
+    checks = tuple(checks)
+    th = thresholds(store).require(*(check.threshold_key for check in checks))
     judged: dict[str, tuple[str, ...]] = {}
     findings = []
     for check in checks:
-        if check.threshold_key not in th:
-            raise LintError(f"preflight check {check.id}: the knowledge base lacks the threshold "
-                            f"{check.threshold_key} (load it with load_knowledge)")
         limit = th[check.threshold_key]
         measured = check.measure(model)
         judged[check.id] = tuple(name for name, _v, _e in measured)

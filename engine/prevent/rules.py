@@ -7,11 +7,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from debugtune.engine.prevent.vocab import ANY, Version, in_range
 from debugtune.kg.namespaces import DCT, DT, KB, SKOS
 from debugtune.kg.results import to_python
 from debugtune.kg.store import Store
-
-from .vocab import ANY, Version, in_range
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class DerivationRule:
 
 
 def _by_subject(store: Store, cls: str) -> dict[str, dict[str, list[Any]]]:
-    rows = store.query(f"SELECT ?s ?p ?o WHERE {{ ?s a {cls} ; ?p ?o }}")
+    rows = store.select(f"SELECT ?s ?p ?o WHERE {{ ?s a {cls} ; ?p ?o }}")
     out: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for s, p, o in rows.rows:
         values = out[s.value][p.value]

@@ -7,9 +7,9 @@ from pathlib import PurePath
 from typing import Any
 from urllib.parse import quote
 
-from .lint import LintResult, Violation
-from .rules import PreventionRule
-from .unjudged import Unjudged
+from debugtune.engine.prevent.lint import LintResult, Violation
+from debugtune.engine.prevent.rules import PreventionRule
+from debugtune.engine.prevent.unjudged import Unjudged
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "debugtune-lint"

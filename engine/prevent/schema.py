@@ -10,9 +10,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from .document import ConfigDoc, KeyIssue
-from .keys import EntryPoint, FrameworkKeys, KeySpec, guess_scalar
-from .vocab import Version, format_version, in_range, parse_version
+from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
+from debugtune.engine.prevent.keys import EntryPoint, FrameworkKeys, KeySpec, guess_scalar
+from debugtune.engine.prevent.vocab import Version, format_version, in_range, parse_version
 
 
 @dataclass

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .document import ConfigDoc
-from .keys import AUTO
-from .vocab import CFG
+from debugtune.engine.prevent.document import ConfigDoc
+from debugtune.engine.prevent.keys import AUTO
+from debugtune.engine.prevent.vocab import CFG
 
 _BLOCK_START = re.compile(r"\b(OPTIONAL|MINUS|NOT\s+EXISTS|VALUES\s*(?:\?\w+|\([^)]*\)))\s*\{", re.I)
 _KEY = re.compile(r"(?<![\w<:/#])cfg:([A-Za-z_][A-Za-z0-9_.]*[A-Za-z0-9_])|<" + re.escape(CFG) + r"([^>]+)>")

@@ -3,6 +3,8 @@ symptom and place, both losses on one axis, and each symptom's severity in both 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from debugtune.engine.report import plots
 from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.escape import h, ptext
@@ -21,7 +23,7 @@ def _runs_table(a: ReportData, b: ReportData, links: tuple[str, str]) -> str:
     def steps(d: ReportData) -> str:
         return h(number(d.last_step + 1)) if d.last_step is not None else '<span class="absent">unknown</span>'
 
-    def meta(key: str, graph_key: str = ""):
+    def meta(key: str, graph_key: str = "") -> Callable[[ReportData], str]:
         return lambda d: h(d.meta.get(key) or d.graph_info.get(graph_key or key) or "")
 
     shown = (("status", lambda d: h(" — ".join(status_of(d)))), ("steps", steps),

@@ -55,12 +55,8 @@ class CostConstants:
     @classmethod
     def from_store(cls, store: Store) -> CostConstants:
         """Read every ``cost.*`` threshold and its ``dct:source`` (a missing one names the key)."""
-        values = thresholds(store)
-        missing = [n for n in cls.names() if PREFIX + n not in values]
-        if missing:
-            raise ReportError(f"the knowledge base lacks the cost threshold {PREFIX + missing[0]!r} "
-                              f"(cases/thresholds/cost.ttl); reload it with `cann-debug kb`")
-        rows = store.query(f"""SELECT ?k ?src WHERE {{ ?t a dt:Threshold ; dt:thresholdKey ?k ; dct:source ?src .
+        values = thresholds(store).require(*(PREFIX + n for n in cls.names()))
+        rows = store.select(f"""SELECT ?k ?src WHERE {{ ?t a dt:Threshold ; dt:thresholdKey ?k ; dct:source ?src .
                                FILTER(STRSTARTS(?k, "{PREFIX}")) }} ORDER BY ?k ?src""").dicts()
         sources: dict[str, list[str]] = {}
         for r in rows:

@@ -69,7 +69,7 @@ class ReportData:
 
 
 def _graph_info(store: Store, run_id: str) -> dict[str, Any]:
-    rows = store.query(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+    rows = store.select(f"""SELECT ?p ?o WHERE {{ GRAPH {iri(run_graph(run_id))} {{
         {iri(run_base(run_id))} ?p ?o }} }}""").dicts()
     return {local_name(r["p"]): r["o"] for r in rows}
 
@@ -80,7 +80,7 @@ def kb_labels(store: Store, locals_: Iterable[str]) -> dict[str, str]:
     if not names:
         return {}
     values = " ".join(iri(KB + n) for n in names)
-    rows = store.query(f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} ?x skos:prefLabel ?l }}").dicts()
+    rows = store.select(f"SELECT ?x ?l WHERE {{ VALUES ?x {{ {values} }} ?x skos:prefLabel ?l }}").dicts()
     return {r["x"][len(KB):]: str(r["l"]) for r in rows}
 
 
@@ -90,7 +90,7 @@ def causal_links(store: Store, nodes: Iterable[str]) -> dict[tuple[str, str], fl
     if not names:
         return {}
     values = " ".join(iri(KB + n) for n in names)
-    rows = store.query(f"""SELECT ?f ?t ?s WHERE {{ VALUES ?f {{ {values} }} VALUES ?t {{ {values} }}
+    rows = store.select(f"""SELECT ?f ?t ?s WHERE {{ VALUES ?f {{ {values} }} VALUES ?t {{ {values} }}
         ?l a dt:CausalLink ; dt:from ?f ; dt:to ?t ; dt:strength ?s }}""").dicts()
     out: dict[tuple[str, str], float] = {}
     for r in rows:
@@ -101,7 +101,7 @@ def causal_links(store: Store, nodes: Iterable[str]) -> dict[tuple[str, str], fl
 
 def correlations(store: Store, run_id: str) -> list[CorrelationEdge]:
     """The correlation graph the diagnosis stored (``dt:CorrelationEdge`` between two findings), strongest first."""
-    rows = store.query(f"""SELECT ?a ?b ?lag ?r WHERE {{ GRAPH {iri(run_graph(run_id))} {{
+    rows = store.select(f"""SELECT ?a ?b ?lag ?r WHERE {{ GRAPH {iri(run_graph(run_id))} {{
         ?e a dt:CorrelationEdge ; dt:findingA ?fa ; dt:findingB ?fb ; dt:lagSteps ?lag ; dt:correlation ?r .
         ?fa dt:findingId ?a . ?fb dt:findingId ?b }} }}""").dicts()
     edges = [CorrelationEdge(a=r["a"], b=r["b"], lag_steps=int(r["lag"]), correlation=float(r["r"])) for r in rows]
@@ -193,7 +193,7 @@ def gather(store: Store, run_id: str, *, run_dir: str | Path | None = None, card
         links=causal_links(store, nodes), telemetry=tel, telemetry_note=tel_note,
         suggestion_note=suggestion_note, maximize=frozenset(maximize))
     data.correlations = correlations(store, run_id)
-    data.min_hardware_samples = int(thresholds(store).get(MIN_HARDWARE_SAMPLES, 0))
+    data.min_hardware_samples = thresholds(store).as_int(MIN_HARDWARE_SAMPLES)
     constants = CostConstants.from_store(store).override(card_hour_price=card_hour_cost)
     data.cost, data.cost_note = _cost(data, constants)
     return data

@@ -27,6 +27,10 @@ def colour_of(symptoms: Sequence[str]) -> Callable[[str], str]:
     return lambda s: table.get(s, PALETTE[0])
 
 
+#: a plotly layout shape or annotation
+Shape = dict[str, Any]
+
+
 def _caption(f: Finding, label: Callable[[str], str]) -> str:
     where = f" @ {f.entity}" if f.entity else ""
     period = f.evidence.get("period_steps")
@@ -34,7 +38,7 @@ def _caption(f: Finding, label: Callable[[str], str]) -> str:
     return ptext(f"{label(f.symptom)}{where} (steps {f.onset_step}–{f.end_step}{every}, severity {f.severity:.2f})")
 
 
-def bands(findings: Sequence[Finding], label: Callable[[str], str]) -> tuple[list[dict], list[dict]]:
+def bands(findings: Sequence[Finding], label: Callable[[str], str]) -> tuple[list[Shape], list[Shape]]:
     """Shapes shading each finding's steps over the whole plot height, and a caption for each."""
     colour = colour_of([f.symptom for f in findings])
     shapes, notes = [], []
@@ -50,7 +54,7 @@ def bands(findings: Sequence[Finding], label: Callable[[str], str]) -> tuple[lis
 
 
 def boxes(findings: Sequence[Finding], rows: Callable[[Finding], Sequence[int] | None], grid: Grid,
-          label: Callable[[str], str]) -> tuple[list[dict], list[dict], list[Finding]]:
+          label: Callable[[str], str]) -> tuple[list[Shape], list[Shape], list[Finding]]:
     """Boxes around the heat-map rows (original indices from ``rows``) and steps of each finding.
 
     ``rows`` returns None for a finding that concerns every row (a band over the whole map) and an empty

@@ -91,7 +91,8 @@ def plotly_js() -> str:
     """The plotly.js bundle shipped with the installed plotly package (read once)."""
     from plotly.offline import get_plotlyjs
 
-    return get_plotlyjs()
+    js: str = get_plotlyjs()
+    return js
 
 
 def shell(title: str, body: str, *, plotly: bool = False, scripts: str = "", plotly_src: str | None = None,

@@ -16,7 +16,7 @@ from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.downsample import Grid, downsample_grid, minmax_line
 from debugtune.engine.report.escape import h, ptext
 from debugtune.engine.report.marks import PALETTE, bands, boxes, natural_key, row_labels
-from debugtune.engine.report.series import HARDWARE_ORDER, TIME_METRICS
+from debugtune.engine.report.series import HARDWARE_ORDER, TIME_METRICS, RunSeries
 from debugtune.kg.records import Finding, location_kind
 
 MAX_COLS = 400
@@ -168,7 +168,9 @@ def _reduced(values: np.ndarray) -> Grid:
     return downsample_grid(values.T, MAX_ROWS, MAX_COLS)
 
 
-def _budget_note(grid: Grid, rows: int, cols: int, row_noun: str) -> str:
+def _budget_note(grid: Grid, values: np.ndarray, row_noun: str) -> str:
+    """``values[step, row]`` drawn as ``grid`` (rows × steps): a note when it was downsampled."""
+    rows, cols = values.shape[1], values.shape[0]
     if grid.z.shape == (rows, cols):
         return ""
     return (f" Downsampled from {rows} {row_noun} × {cols} steps to {grid.z.shape[0]} × {grid.z.shape[1]} cells; "
@@ -210,7 +212,7 @@ def gradient_figure(d: ReportData) -> Built:
         {"colorscale": "Viridis", "colorbar": {"title": {"text": "log10 ‖g‖"}}}, "log10 ‖g‖",
         _of(d.findings, "gradient"), _entity_rows(layers), d)
     fig.caption = fig.caption or ("Blank cells: no value or a gradient of exactly zero."
-                                  + _budget_note(grid, *logs.T.shape, "layers") + _off_note(off, d))
+                                  + _budget_note(grid, logs, "layers") + _off_note(off, d))
     return [fig], ""
 
 
@@ -229,7 +231,8 @@ def _global_grad_figure(d: ReportData, steps: np.ndarray, norm: np.ndarray) -> B
 
 
 def _moe_settings(meta: dict[str, Any]) -> str:
-    moe = meta.get("moe") if isinstance(meta.get("moe"), dict) else {}
+    found = meta.get("moe")
+    moe: dict[str, Any] = found if isinstance(found, dict) else {}
     parts = [f"{moe['num_experts']} experts" if moe.get("num_experts") else "",
              f"top-{moe['top_k']}" if moe.get("top_k") else "",
              f"balancing {moe['load_balancing']}" if moe.get("load_balancing") else "",
@@ -238,9 +241,8 @@ def _moe_settings(meta: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
-def _balance_figure(d: ReportData) -> Built:
+def _balance_figure(d: ReportData, tel: RunSeries) -> Built:
     """An MoE run known from its arguments or its balancing loss, without tokens per expert (a text log)."""
-    tel = d.telemetry
     curves = [(m, n) for m, n in (("aux_loss", "load-balancing loss"), ("z_loss", "router z-loss")) if tel.has(m)]
     settings = _moe_settings(d.meta)
     if not curves and not settings:
@@ -283,7 +285,7 @@ def expert_figure(d: ReportData) -> Built:
     if tel is None:
         return [], h(d.telemetry_note)
     if not tel.has("expert_tokens"):
-        return _balance_figure(d)
+        return _balance_figure(d, tel)
     steps, keys, values = tel.by_entity("expert_tokens")
     experts = sorted(keys, key=natural_key)
     tokens = values[:, [keys.index(k) for k in experts]]
@@ -300,7 +302,7 @@ def expert_figure(d: ReportData) -> Built:
                             "share", symptoms_here, _entity_rows(experts), d)
     fair = ", ".join(f"1/{sum(_router(e) == r for e in experts)}" for r in sorted({_router(e) for e in experts}))
     fig.caption = fig.caption or (f"Share of each router's tokens per step; a balanced router gives every expert "
-                                  f"{h(fair)}." + _budget_note(grid, *share.T.shape, "experts") + _off_note(off, d))
+                                  f"{h(fair)}." + _budget_note(grid, share, "experts") + _off_note(off, d))
     return [fig], ""
 
 
@@ -338,7 +340,7 @@ def rank_figures(d: ReportData) -> Built:
                                 row_labels([str(r) for r in ranks], grid, noun="rank "),
                                 colour, "ms", comm, _rank_rows(ranks), d)
         fig.caption = fig.caption or (f"{len(ranks)} rank(s); a straggler shows as a hot row."
-                                      + _budget_note(grid, *values.T.shape, "ranks") + _off_note(off, d))
+                                      + _budget_note(grid, values, "ranks") + _off_note(off, d))
         figs.append(fig)
     if not figs:
         return [], "Per-rank time metrics carry only entity-specific rows, nothing per rank."
@@ -441,7 +443,7 @@ def _objective_figure(d: ReportData, remedy: str, name: str, sessions: list[str]
     return fig
 
 
-def _pareto(d: ReportData, ok: list, a: str, b: str, remedy: str) -> Figure:
+def _pareto(d: ReportData, ok: list[Any], a: str, b: str, remedy: str) -> Figure:
     from debugtune.engine.tune.pareto import pareto_mask
 
     both = [e for e in ok if a in e.objectives and b in e.objectives]

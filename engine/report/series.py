@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +31,7 @@ HARDWARE_ORDER = ("util_pct", "mem_used_bytes", "mem_used_pct", "temp_c", "power
                   "rss_bytes", "dataloader_wait_ms")
 HARDWARE = tuple(m for m in HARDWARE_METRICS if m != "sample_time_s")
 
-Pivot = tuple[np.ndarray, list, np.ndarray]
+Pivot = tuple[np.ndarray, list[Any], np.ndarray]
 _EMPTY: Pivot = (np.array([], dtype=np.int64), [], np.empty((0, 0)))
 
 
@@ -92,7 +94,7 @@ class RunSeries:
         return set(self.rows.metrics()) if len(self.rows) else set()
 
     @functools.cached_property
-    def _wide(self) -> dict[str, object]:
+    def _wide(self) -> dict[str, Any]:
         """Per-rank time and hardware rows of every rank (one scan), as numpy columns and name codes."""
         t = read_telemetry(self.run_dir, metrics=(*TIME_METRICS, *HARDWARE),
                            columns=("rank", "step", "metric", "entity", "value")).table
@@ -126,7 +128,7 @@ class RunSeries:
     def entities(self, metric: str) -> list[str]:
         return self.rows.entities(metric) if metric in self._row_metrics else []
 
-    def _once(self, kind: str, metric: str, make) -> Pivot:
+    def _once(self, kind: str, metric: str, make: Callable[[str], Pivot]) -> Pivot:
         key = (kind, metric)
         if key not in self._memo:
             self._memo[key] = make(metric)
@@ -174,5 +176,5 @@ class RunSeries:
         return max(ends) if ends else None
 
 
-def _natural(text: str) -> list:
+def _natural(text: str) -> list[int | str]:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]

@@ -40,7 +40,7 @@ def risk_rank(store: Store, risk: str | int) -> int:
     """The rank of a risk keyword (``low`` 1, ``medium`` 2, ``high`` 3) from the ontology; ints pass through."""
     if isinstance(risk, int):
         return risk
-    rows = store.query("SELECT ?k ?r WHERE { ?x a dt:RiskLevel ; dt:keyword ?k ; dt:rank ?r }").dicts()
+    rows = store.select("SELECT ?k ?r WHERE { ?x a dt:RiskLevel ; dt:keyword ?k ; dt:rank ?r }").dicts()
     ranks = {r["k"]: int(r["r"]) for r in rows}
     if risk.lower() not in ranks:
         raise SuggestError(unknown("risk level", risk, ranks))
@@ -88,7 +88,7 @@ def suggest(store: Store, run_id: str, *, weights: Mapping[str, float] | None = 
     settings = load_settings(store)
     w = settings.weights if weights is None else check_weights(dict(weights))
     require_run(store, run_id)
-    rows = store.query(suggestion_sparql(store, run_id, max_risk=max_risk, max_cost=max_cost,
+    rows = store.select(suggestion_sparql(store, run_id, max_risk=max_risk, max_cost=max_cost,
                                          max_experiments=max_experiments)).dicts()
     facts, causes = _candidates(rows)
     ranked = sorted(((min(1.0, sum(causes[k].values())) * f.base_score(w, settings) * f.success_rate(settings), k)

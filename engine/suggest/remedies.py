@@ -76,7 +76,7 @@ def remedy_facts(store: Store, remedies: Iterable[str]) -> dict[str, RemedyFacts
         return {}
     out: dict[str, RemedyFacts] = {}
     causes: dict[str, set[str]] = {}
-    for r in store.query(remedy_sparql(iris)).dicts():
+    for r in store.select(remedy_sparql(iris)).dicts():
         out.setdefault(r["remedy"], facts_from_row(r))
         if r["cause"]:
             causes.setdefault(r["remedy"], set()).add(local_name(r["cause"]))
@@ -89,7 +89,7 @@ def tuning_parameters(store: Store, remedies: Iterable[str]) -> dict[str, tuple[
     if not iris:
         return {}
     acc: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in store.query(parameters_sparql(iris)).dicts():
+    for r in store.select(parameters_sparql(iris)).dicts():
         p = acc.setdefault((r["remedy"], r["name"]), {**r, "choices": set()})
         if r["choice"] is not None:
             p["choices"].add(str(r["choice"]))
@@ -108,7 +108,7 @@ def config_changes(store: Store, remedies: Iterable[str]) -> dict[str, tuple[Con
     if not iris:
         return {}
     out: dict[str, set[ConfigChange]] = {}
-    for r in store.query(config_sparql(iris)).dicts():
+    for r in store.select(config_sparql(iris)).dicts():
         change = ConfigChange(key=str(r["key"]), to_value=str(r["to"]),
                               from_value=None if r["from"] is None else str(r["from"]))
         out.setdefault(r["remedy"], set()).add(change)
@@ -120,6 +120,6 @@ def require_remedy(store: Store, remedy: str) -> RemedyFacts:
     iri = remedy_iri(remedy)
     facts = remedy_facts(store, [iri]).get(iri)
     if facts is None:
-        known = [local_name(x) for x in store.query(known_sparql("Remedy")).column("x")]
+        known = [local_name(x) for x in store.select(known_sparql("Remedy")).column("x")]
         raise SuggestError(unknown("remedy", remedy, known))
     return facts

@@ -31,12 +31,7 @@ class SuggestSettings:
 
 def load_settings(store: Store) -> SuggestSettings:
     """The settings stored as ``dt:Threshold`` data; a missing key is an error naming it."""
-    found = thresholds(store)
-    missing = [key for key in _KEYS.values() if key not in found]
-    if missing:
-        raise SuggestError(
-            f"the knowledge base lacks the threshold(s) {', '.join(missing)} "
-            "(cases/thresholds/suggest.ttl); load it with `load_knowledge(store)`")
+    found = thresholds(store).require(*_KEYS.values())
     v = {name: found[key] for name, key in _KEYS.items()}
     if v["alpha"] <= 0 or v["beta"] <= 0 or v["half_cost"] <= 0:
         raise SuggestError("suggest.prior.alpha, suggest.prior.beta and suggest.cost.half_score_card_hours "

@@ -147,8 +147,8 @@ def require_run(store: Store, run_id: str) -> None:
         check_run_id(run_id)
     except ValueError as err:
         raise SuggestError(str(err)) from None
-    if not store.query(run_exists_sparql(run_id)):
-        known = store.query("SELECT DISTINCT ?id WHERE { ?r a dt:TrainingRun ; dt:runId ?id }").column("id")
+    if not store.ask(run_exists_sparql(run_id)):
+        known = store.select("SELECT DISTINCT ?id WHERE { ?r a dt:TrainingRun ; dt:runId ?id }").column("id")
         raise SuggestError(unknown("run", run_id, known))
 
 
@@ -159,7 +159,7 @@ def run_signature(store: Store, run_id: str, *, check: bool = True) -> tuple[Sig
     """
     if check:
         require_run(store, run_id)
-    rows = store.query(signature_sparql(run_id)).dicts()
+    rows = store.select(signature_sparql(run_id)).dicts()
     return normalise(SignatureItem(local_name(r["symptom"]), location_keyword(r["location"]), float(r["severity"]))
                      for r in rows)
 
@@ -190,7 +190,7 @@ def stored_cases(store: Store, causes: Iterable[str] | None = None) -> list[Stor
 
 
 def _read_cases(store: Store, causes: Iterable[str] | None) -> list[StoredCase]:
-    result = store.query(cases_sparql(None if causes is None else list(causes)))
+    result = store.select(cases_sparql(None if causes is None else list(causes)))
     col = {v: i for i, v in enumerate(result.variables)}
     acc: dict[str, dict[str, Any]] = {}
     short = cache(local_name)

@@ -48,7 +48,7 @@ def clean_stale_stages(target: str | Path) -> list[Path]:
     process is gone (or, without a process id, when it is a day old). Returns what was removed.
     """
     target = Path(target)
-    removed = []
+    removed: list[Path] = []
     if not target.parent.is_dir():
         return removed
     for entry in target.parent.glob(f".{glob_escape(target.name)}.*"):

@@ -48,7 +48,11 @@ def _step_expression(steps: StepFilter) -> ds.Expression | None:
     return ds.field("step").isin([int(s) for s in steps])
 
 
-def _filter(dimensions, metrics, entities, steps, ranks) -> ds.Expression | None:
+Names = str | Iterable[str] | None
+
+
+def _filter(dimensions: Names, metrics: Names, entities: Names, steps: StepFilter,
+            ranks: int | Iterable[int] | None) -> ds.Expression | None:
     parts = []
     for name, values in (("dimension", dimensions), ("metric", metrics), ("entity", entities)):
         names = _names(values)
@@ -134,8 +138,8 @@ def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | Non
         for fragment in everything:
             _check_fragment(fragment)
         plan = AliasPlan(_metric_rows(_read(everything, dataset, ["metric"], None, run_dir)))
-    if plan is not None and metrics is not None:
-        metrics = plan.stored_for(plan.requested(_names(metrics)))
+    if plan is not None and (requested := _names(metrics)) is not None:
+        metrics = plan.stored_for(plan.requested(requested))
     expr = _filter(None if plan else dimensions, metrics, entities, steps, ranks)
     if plan and dims is not None:
         into = ds.field("dimension").isin(dims)
@@ -218,7 +222,7 @@ def _canonical(table: pa.Table, plan: Any) -> pa.Table:
 def _culprit(message: str, fragments: list[ds.ParquetFileFragment], default: Path) -> str | Path:
     for fragment in fragments:
         if fragment.path in message:
-            return fragment.path
+            return str(fragment.path)
     return default
 
 
@@ -230,7 +234,7 @@ class Telemetry:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.table.num_rows)
 
     @property
     def run_id(self) -> str | None:
@@ -305,7 +309,7 @@ class Telemetry:
             raise TypeError(f"unknown filter {next(iter(filters))!r}")
         return self if expr is None else Telemetry(self.table.filter(expr), self.meta)
 
-    def to_pandas(self):  # pragma: no cover - pandas is optional
+    def to_pandas(self) -> Any:  # pragma: no cover - pandas is optional
         """The rows as a pandas DataFrame (needs pandas)."""
         return self.table.to_pandas()
 
@@ -341,7 +345,7 @@ class Telemetry:
         return steps, values
 
     def pivot(self, metric: str, by: str = "entity", *, rank: int | None = None,
-              entity: str | None = None) -> tuple[np.ndarray, list, np.ndarray]:
+              entity: str | None = None) -> tuple[np.ndarray, list[str] | list[int], np.ndarray]:
         """(steps, keys, values[step, key]) of one metric, one column per entity or per rank; NaN where absent.
 
         ``by="entity"`` uses one rank (``rank``, default the lowest present); ``by="rank"`` uses one entity
@@ -362,6 +366,7 @@ class Telemetry:
             key_codes = self._column("rank")[rows].astype(np.int64)
         steps, step_idx = np.unique(self._column("step")[rows], return_inverse=True)
         uniq_keys, key_idx = np.unique(key_codes, return_inverse=True)
+        keys: list[str] | list[int]
         if by == "entity":
             key_names = names[uniq_keys]
             order = np.argsort(key_names, kind="stable")

@@ -79,7 +79,8 @@ class _Vocab:
             raise ValueError("entity/metric names must not be null")
         local = np.fromiter((self.code(str(w)) for w in arr.dictionary.to_pylist()), dtype=np.int32,
                             count=len(arr.dictionary))
-        return local[arr.indices.to_numpy(zero_copy_only=False)]
+        codes: np.ndarray = local[arr.indices.to_numpy(zero_copy_only=False)]
+        return codes
 
     def sort_rank(self) -> np.ndarray:
         """For each code, its position in sorted string order."""
@@ -112,7 +113,8 @@ class TelemetryWriter:
         self.on_error = on_error
         self.directory = rank_dir(run_dir, rank)
         self._vocab = {c: _Vocab() for c in _STRING_COLUMNS}
-        self._rows: tuple[list, list, list, list, list] = ([], [], [], [], [])  # step, dim, metric, entity, value
+        # step, dim, metric, entity, value
+        self._rows: tuple[list[Any], list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [], [])
         self._chunks: list[tuple[np.ndarray, ...]] = []
         self._pending = 0
         self._oldest = 0.0  # monotonic time of the oldest buffered row

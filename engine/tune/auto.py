@@ -266,5 +266,6 @@ def _no_effect_rule(store: Store) -> dict[str, Any]:
     th = thresholds(store)
     if "tune.no_effect.trials" not in th:
         return {}
-    return {"no_effect_trials": int(th["tune.no_effect.trials"]),
-            "no_effect_tolerance": float(th.get("tune.no_effect.relative_tolerance", 0.0))}
+    values = th.require("tune.no_effect.trials", "tune.no_effect.relative_tolerance")
+    return {"no_effect_trials": int(values["tune.no_effect.trials"]),
+            "no_effect_tolerance": values["tune.no_effect.relative_tolerance"]}

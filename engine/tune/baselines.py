@@ -67,7 +67,7 @@ def symptom_parameters(store: Store, run_id: str, settable: Iterable[str]) -> li
     if not symptoms:
         return []
     values = " ".join(iri(KB + s) for s in symptoms)
-    rows = store.query(f"""SELECT DISTINCT ?remedy WHERE {{ VALUES ?symptom {{ {values} }}
+    rows = store.select(f"""SELECT DISTINCT ?remedy WHERE {{ VALUES ?symptom {{ {values} }}
         ?link a dt:CausalLink ; dt:from ?cause ; dt:to ?symptom . ?cause a dt:Cause .
         ?remedy a dt:Remedy ; dt:addresses ?cause ; dt:tuningParameter ?p }} ORDER BY ?remedy""").column("remedy")
     can = set(settable)

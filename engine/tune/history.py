@@ -48,7 +48,7 @@ def _experiments_sparql(remedy: str) -> str:
 def _observations(store: Store, remedy: str) -> dict[tuple[str, str], dict[str, tuple[dict, dict]]]:
     """(owner kind, owner) → experiment IRI → (parameters, metric values), ok experiments only."""
     out: dict[tuple[str, str], dict[str, tuple[dict, dict]]] = {}
-    for r in store.query(_experiments_sparql(remedy)).dicts():
+    for r in store.select(_experiments_sparql(remedy)).dicts():
         if r["status"] not in (None, DT + "StatusOk"):
             continue
         owner = ("case", r["case"]) if r["case"] else ("run", r["run"]) if r["run"] else None

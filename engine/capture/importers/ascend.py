@@ -116,7 +116,7 @@ def _step_of_cell(cell: str, path: Path, line: int) -> int:
         raise ImportFormatError(path, f"step is not a number: {text!r}", line=line, field="Step") from None
 
 
-def _obj(value: Any, path: Path, where: str) -> dict:
+def _obj(value: Any, path: Path, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ImportFormatError(path, f"expected a JSON object, found {type(value).__name__}", field=where)
     return value
@@ -138,11 +138,13 @@ def read_step_trace(path: Path, rank: int | None, acc: Acc) -> list[int]:
         i_type = table.column("Type", required=rank is None)
         i_index = table.column("Index", required=rank is None)
         for line, row in table.rows():
-            r = rank
             if rank is None:
+                assert i_type is not None and i_index is not None  # required for the cluster file
                 if clean(row[i_type]).lower() != "rank":
                     continue  # 'stage' rows are maxima over a pipeline group
                 r = int(to_float(row[i_index], path, line, "Index"))
+            else:
+                r = rank
             step = _step_of_cell(row[i_step], path, line) if i_step is not None else 0
             values = {m: to_float(row[i], path, line, table.header[i], required=req)
                       for (m, i), (_, req) in zip(cols.items(), _STEP_COLUMNS.values(), strict=True) if i is not None}
@@ -160,7 +162,7 @@ def read_step_trace(path: Path, rank: int | None, acc: Acc) -> list[int]:
 
 
 # -- communication.json / cluster_communication.json ---------------------------------------------------------------
-def _op_bytes(info: dict, path: Path, where: str) -> float:
+def _op_bytes(info: dict[str, Any], path: Path, where: str) -> float:
     bw = info.get("Communication Bandwidth Info") or {}
     if not isinstance(bw, dict):
         raise ImportFormatError(path, "expected an object", field=f"{where}.Communication Bandwidth Info")
@@ -174,7 +176,7 @@ def _op_bytes(info: dict, path: Path, where: str) -> float:
     return (on_node + size("RDMA")) * MB
 
 
-def _add_op(acc: Acc, rank: int, step: int, op_name: str, info: dict, path: Path, where: str) -> None:
+def _add_op(acc: Acc, rank: int, step: int, op_name: str, info: dict[str, Any], path: Path, where: str) -> None:
     times = info.get("Communication Time Info")
     if not isinstance(times, dict) or "Elapse Time(ms)" not in times:
         raise ImportFormatError(path, "missing 'Communication Time Info' / 'Elapse Time(ms)'", field=where)
@@ -194,7 +196,11 @@ def _add_op(acc: Acc, rank: int, step: int, op_name: str, info: dict, path: Path
         info, path, where)
 
 
-def _add_transports(acc: Acc, rank: int, step: int, total: dict, sizes: dict) -> None:
+#: (rank, step, transport) → [MB transferred, ms]
+TransportSizes = dict[tuple[int, int, str], list[float]]
+
+
+def _add_transports(acc: Acc, rank: int, step: int, total: dict[str, Any], sizes: TransportSizes) -> None:
     bw = total.get("Communication Bandwidth Info") or {}
     for transport in _TRANSPORTS:
         block = bw.get(transport)
@@ -204,7 +210,7 @@ def _add_transports(acc: Acc, rank: int, step: int, total: dict, sizes: dict) ->
             s[1] += float(block.get("Transit Time(ms)") or 0.0)
 
 
-def _emit_transports(acc: Acc, sizes: dict) -> None:
+def _emit_transports(acc: Acc, sizes: TransportSizes) -> None:
     for (rank, step, transport), (size_mb, time_ms) in sizes.items():
         if size_mb <= 0 or time_ms <= 0:
             continue
@@ -215,7 +221,7 @@ def _emit_transports(acc: Acc, sizes: dict) -> None:
 
 def read_communication(path: Path, rank: int, acc: Acc) -> None:
     data = _obj(_read_json(path), path, "$")
-    sizes: dict = {}
+    sizes: TransportSizes = {}
     for step_key, sections in data.items():
         step = _step_of_key(step_key, path)
         sections = _obj(sections, path, step_key)
@@ -231,7 +237,7 @@ def read_communication(path: Path, rank: int, acc: Acc) -> None:
     _emit_transports(acc, sizes)
 
 
-def _used_transports(info: dict) -> set[str]:
+def _used_transports(info: dict[str, Any]) -> set[str]:
     """The transports an op moved bytes over (its 'Communication Bandwidth Info' with a transit size)."""
     bw = info.get("Communication Bandwidth Info") or {}
     return {t for t in _TRANSPORTS if isinstance(bw, dict) and isinstance(bw.get(t), dict)
@@ -366,8 +372,8 @@ def read_module_memory(path: Path, rank: int, acc: Acc, windows: dict[int, tuple
         if value > 0:
             acc[(rank, step, "module_mem_bytes", entity)] = value
     for (step, dev, _), value in per_time.items():
-        key = (rank, step, "mem_used_bytes", f"device:{dev}")
-        acc[key] = max(acc.get(key, 0.0), value)
+        used = (rank, step, "mem_used_bytes", f"device:{dev}")
+        acc[used] = max(acc.get(used, 0.0), value)
 
 
 # -- ranks and metadata ---------------------------------------------------------------------------------------------

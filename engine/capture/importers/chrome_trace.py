@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from debugtune.engine.capture.importers import devices
 from debugtune.engine.capture.importers.collectives import (
@@ -42,7 +43,7 @@ from debugtune.engine.capture.importers.collectives import (
 )
 from debugtune.engine.capture.importers.device_timeline import COMM, COMPUTE, MEMORY, Coverage, step_breakdown
 from debugtune.engine.capture.importers.errors import ImportFormatError
-from debugtune.engine.capture.importers.json_stream import TraceStream, args_of
+from debugtune.engine.capture.importers.json_stream import Event, TraceStream, args_of
 from debugtune.engine.capture.importers.process_groups import GroupBook, peer_of
 from debugtune.engine.capture.importers.sink import RunSink
 from debugtune.engine.capture.importers.textio import head_text
@@ -119,13 +120,13 @@ class _Collector:
             code = self._tids[tid] = len(self._tids)
         return code
 
-    def _host(self, ev, cls: int) -> None:
+    def _host(self, ev: Event, cls: int) -> None:
         self.h_ts.append(_num(ev.ts))
         self.h_dur.append(_num(ev.dur))
         self.h_tid.append(self._tid(ev.tid))
         self.h_cls.append(cls)
 
-    def feed(self, batch: list) -> None:
+    def feed(self, batch: list[Event]) -> None:
         kernel, memory, runtime, annotation = _KERNEL, _MEMORY, _RUNTIME, _ANNOTATION
         for ev in batch:
             if ev.ph != "X":
@@ -224,7 +225,7 @@ class _StepIndex:
         return np.where(after_last, -1, out)
 
 
-def _arr(a: array, dtype) -> np.ndarray:
+def _arr(a: array[Any], dtype: npt.DTypeLike) -> np.ndarray:
     return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
@@ -303,14 +304,14 @@ def analyze_trace(path: Path) -> TraceSummary:
         per_step[number] = row
     props = header.get("deviceProperties") or []
     props = [p for p in props if isinstance(p, dict)]
-    name = props[0].get("name") if props else None
+    device_name = props[0].get("name") if props else None
     meta = {"device_kind": "cuda" if props or len(k_ts) else "cpu", "backend": info.get("backend"),
-            "nccl_version": info.get("nccl_version"), "device_name": name,
+            "nccl_version": info.get("nccl_version"), "device_name": device_name,
             "process_groups": len(info.get("pg_config") or []) or None}
     world = info.get("world_size")
     return TraceSummary(path, rank, world if isinstance(world, int) else None, steps, per_step, collectives,
                         {k: v for k, v in meta.items() if v is not None}, stream.bytes_read, book, len(props),
-                        str(name) if name else None)
+                        str(device_name) if device_name else None)
 
 
 def _host_breakdown(steps: list[tuple[int, float, float, int]], col: _Collector, cpu_only: bool,

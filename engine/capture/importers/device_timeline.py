@@ -66,10 +66,12 @@ class Coverage:
             return np.zeros(len(t))
         j = np.searchsorted(self.e, t, side="right")
         part = np.where(j < n, np.clip(t - self.s[np.minimum(j, n - 1)], 0.0, None), 0.0)
-        return self.cum[j] + part
+        out: np.ndarray = self.cum[j] + part
+        return out
 
     def within(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return self.upto(b) - self.upto(a)
+        out: np.ndarray = self.upto(b) - self.upto(a)
+        return out
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:

@@ -40,6 +40,12 @@ class Link:
     names: frozenset[str]
 
 
+def _solutions(store: ox.Store, sparql: str) -> ox.QuerySolutions:
+    result = store.query(sparql)
+    assert isinstance(result, ox.QuerySolutions), "a SELECT"
+    return result
+
+
 def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
@@ -54,7 +60,7 @@ def catalog() -> tuple[tuple[Model, ...], tuple[Link, ...]]:
     q = f"""SELECT ?l ?key ?label (GROUP_CONCAT(?alt; SEPARATOR="|") AS ?alts) WHERE {{
         ?l a <{_DT}Interconnect> ; <{_DT}linkKey> ?key ; <{_SKOS}prefLabel> ?label .
         OPTIONAL {{ ?l <{_SKOS}altLabel> ?alt }} }} GROUP BY ?l ?key ?label"""
-    for row in store.query(q):
+    for row in _solutions(store, q):
         key, label = row["key"].value, row["label"].value
         alts = row["alts"].value.split("|") if row["alts"] is not None else []
         links[key] = Link(key, label, frozenset(_norm(n) for n in (key, label, *alts) if n))
@@ -63,7 +69,7 @@ def catalog() -> tuple[tuple[Model, ...], tuple[Link, ...]]:
     q = f"""SELECT ?m ?label ?pattern ?link ?n WHERE {{
         ?m a <{_DT}AcceleratorModel> ; <{_SKOS}prefLabel> ?label ; <{_DT}namePattern> ?pattern .
         OPTIONAL {{ ?m <{_DT}intraNodeInterconnect> ?link }} OPTIONAL {{ ?m <{_DT}devicesPerNode> ?n }} }}"""
-    for row in store.query(q):
+    for row in _solutions(store, q):
         link = by_iri.get(row["link"].value) if row["link"] is not None else None
         per_node = int(row["n"].value) if row["n"] is not None else None
         models.append(Model(row["m"].value.rsplit("/", 1)[-1], row["label"].value,

@@ -79,6 +79,7 @@ class TraceStream:
         """Append the next chunk to the buffer (dropping consumed text); False at end of file."""
         if self._eof:
             return False
+        assert self._reader is not None, "read only while iterating"
         try:
             chunk = self._reader.read(self.chunk_chars)
         except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as err:

@@ -90,9 +90,9 @@ def run_meta(args: dict[str, Any], params: dict[str, int] | None = None,
     parallel = {k: int(v) for k, v in _pick(args, _PARALLEL).items() if isinstance(v, int)}
     world = args.get("world_size")
     if "dp" not in parallel and isinstance(world, int):
-        model = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
-        if model and world % model == 0:
-            parallel["dp"] = world // model
+        replica = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
+        if replica and world % replica == 0:
+            parallel["dp"] = world // replica
     layers_per_stage = args.get("num_layers_per_virtual_pipeline_stage")
     if "vpp" not in parallel and isinstance(layers_per_stage, int) and isinstance(args.get("num_layers"), int):
         parallel["vpp"] = args["num_layers"] // max(parallel.get("pp", 1) * layers_per_stage, 1)

@@ -100,7 +100,9 @@ class _Timers:
     """Timer blocks after a training line: summed per metric, written at the iteration they follow."""
 
     def __init__(self, sink: RunSink) -> None:
-        self.sink, self.step, self.values = sink, None, {}
+        self.sink = sink
+        self.step: int | None = None
+        self.values: dict[str, float] = {}
 
     def start(self, step: int | None) -> None:
         self.flush()
@@ -112,8 +114,9 @@ class _Timers:
             self.values[metric] = self.values.get(metric, 0.0) + value
 
     def flush(self) -> None:
-        for metric, value in self.values.items():
-            self.sink.add(0, self.step, metric, value, dimension="communication")
+        for metric, value in self.values.items():  # values are kept only with a step (add)
+            if self.step is not None:
+                self.sink.add(0, self.step, metric, value, dimension="communication")
         self.values = {}
 
 
@@ -161,7 +164,7 @@ def load(path: Path, sink: RunSink) -> None:
                     elif (b := margs.TOTAL_BILLIONS.search(line)) is not None:
                         billions = float(b.group(1))
                     continue
-                for key, _, value in _fields(m.group(m.lastindex), path, line_no):
+                for key, _, value in _fields(m.group(m.lastindex or 0), path, line_no):
                     if value is None or key.lower() in _SKIP or key.lower().endswith("ppl"):
                         continue
                     _add_field(sink, step, key, value)

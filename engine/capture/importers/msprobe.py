@@ -60,7 +60,7 @@ def _rank(path: Path) -> int:
     return 0
 
 
-def _read(path: Path, family: str, acc: dict) -> None:
+def _read(path: Path, family: str, acc: dict[tuple[int, str, str], list[float]]) -> None:
     ops = _OPS[family]
     with CsvTable(path) as table:
         i_vpp = table.column("vpp_stage")
@@ -107,5 +107,5 @@ def load(path: Path, sink: RunSink) -> None:
                 global_sq[step] += value * value
         for step, sq in sorted(global_sq.items()):
             sink.add(rank, step, "grad_norm", math.sqrt(sq), "")
-    sink.meta.setdefault("source", {})["msprobe_prefixes"] = sorted({_FILE.match(f.name).group(1) for f in files
-                                                                      if _FILE.match(f.name)})
+    sink.meta.setdefault("source", {})["msprobe_prefixes"] = sorted({m.group(1) for f in files
+                                                                      if (m := _FILE.match(f.name))})

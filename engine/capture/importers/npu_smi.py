@@ -48,7 +48,8 @@ def _pair(text: str, path: Path, line: int, field: str) -> tuple[float, float]:
 def load(path: Path, sink: RunSink) -> None:
     sink.source(path)
     samples: dict[str, int] = defaultdict(int)
-    state, first_line, watch_cols = "idle", None, None
+    state, first_line = "idle", None
+    watch_cols: list[str] = []  # the columns of the last watch header (state "watch" follows one)
     with open_text(path) as fh:
         for line_no, line in enumerate(fh, 1):
             text = line.rstrip("\n")

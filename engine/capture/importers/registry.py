@@ -26,7 +26,8 @@ class Importer:
     module: str  # module under debugtune.engine.capture.importers holding detect() and load()
 
     def _fn(self, attr: str) -> Callable[..., Any]:
-        return getattr(import_module(f"debugtune.engine.capture.importers.{self.module}"), attr)
+        fn: Callable[..., Any] = getattr(import_module(f"debugtune.engine.capture.importers.{self.module}"), attr)
+        return fn
 
     def detect(self, path: Path) -> bool:
         return bool(self._fn("detect")(path))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.names import metric_for
@@ -74,9 +75,13 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of a protobuf message; length-delimited values as bytes."""
+def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of a protobuf message; length-delimited values as bytes.
+
+    The value is an int for wire type 0 and bytes for the others (Any: the wire type, not the type system,
+    says which)."""
     pos, n = 0, len(buf)
+    value: int | bytes
     while pos < n:
         key, pos = _varint(buf, pos)
         number, wire = key >> 3, key & 7
@@ -99,7 +104,8 @@ _DTYPES = {1: ("<f", 4, 5), 2: ("<d", 8, 6), 3: (None, 0, 7), 9: (None, 0, 10), 
 
 def _tensor_scalar(buf: bytes) -> float | None:
     """The value of a 0-d (or 1-element) TensorProto of a float/int dtype."""
-    dtype, content, packed = 0, b"", {}
+    dtype, content = 0, b""
+    packed: dict[int, list[tuple[int, Any]]] = {}
     for number, wire, value in fields(buf):
         if number == 1 and wire == 0:
             dtype = value
@@ -111,22 +117,22 @@ def _tensor_scalar(buf: bytes) -> float | None:
         return None
     fmt, size, field_no = _DTYPES[dtype]
     if content and fmt:
-        return struct.unpack(fmt, content[:size])[0] if len(content) >= size else None
+        return float(struct.unpack(fmt, content[:size])[0]) if len(content) >= size else None
     for wire, value in packed.get(field_no, []):
         if wire == 0:  # a single int value
             return float(value)
         if wire == 5 and fmt == "<f":
-            return struct.unpack("<f", value)[0]
+            return float(struct.unpack("<f", value)[0])
         if wire == 1 and fmt == "<d":
-            return struct.unpack("<d", value)[0]
+            return float(struct.unpack("<d", value)[0])
         if wire == 2 and value:  # packed repeated
             if fmt == "<f" and len(value) >= 4:
-                return struct.unpack("<f", value[:4])[0]
+                return float(struct.unpack("<f", value[:4])[0])
             if fmt == "<d" and len(value) >= 8:
-                return struct.unpack("<d", value[:8])[0]
+                return float(struct.unpack("<d", value[:8])[0])
             if fmt in (None, "<e"):
                 v, _ = _varint(value, 0)
-                return float(v) if fmt is None else struct.unpack("<e", struct.pack("<H", v & 0xFFFF))[0]
+                return float(v) if fmt is None else float(struct.unpack("<e", struct.pack("<H", v & 0xFFFF))[0])
     return None
 
 
@@ -135,7 +141,7 @@ def _plugin(buf: bytes) -> str:
         if number == 1:
             for n2, _, v2 in fields(value):
                 if n2 == 1:
-                    return v2.decode("utf-8", "replace")
+                    return str(v2.decode("utf-8", "replace"))
     return ""
 
 

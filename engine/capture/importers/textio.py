@@ -8,7 +8,7 @@ import io
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal, cast, overload
 
 from debugtune.engine.capture.importers.errors import ImportFormatError
 
@@ -20,7 +20,7 @@ def open_binary(path: Path) -> IO[bytes]:
     fh = open(path, "rb")  # noqa: SIM115 — returned to the caller
     if fh.read(2) == b"\x1f\x8b":
         fh.close()
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))  # a GzipFile reads like a binary file
     fh.seek(0)
     return fh
 
@@ -74,6 +74,12 @@ class CsvTable:
             raise ImportFormatError(path, f"malformed CSV: {err}", line=1) from None
         self.header = [clean(h) for h in header]
         self._index = {h.lower(): i for i, h in enumerate(self.header)}
+
+    @overload
+    def column(self, *names: str, required: Literal[True] = True) -> int: ...
+
+    @overload
+    def column(self, *names: str, required: bool) -> int | None: ...
 
     def column(self, *names: str, required: bool = True) -> int | None:
         """Index of the first of ``names`` present (case-insensitive); a missing required column raises."""

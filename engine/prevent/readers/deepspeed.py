@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..document import ConfigDoc, KeyIssue
-from .structured import flatten
+from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
+from debugtune.engine.prevent.readers.structured import flatten
 
 
 def read(data: dict[str, Any], lines: dict[str, int], path: str, env: dict[str, str], source_kind: str,

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..document import ConfigDoc
-from ..errors import LintInputError
-from ..keys import FrameworkKeys
-from ..schema import infer_version
-from ..vocab import FRAMEWORKS
-from . import deepspeed, hf, megatron, native
-from .structured import flatten, key_lines, load_json, load_yaml
+from debugtune.engine.prevent.document import ConfigDoc
+from debugtune.engine.prevent.errors import LintInputError
+from debugtune.engine.prevent.keys import FrameworkKeys
+from debugtune.engine.prevent.readers import deepspeed, hf, megatron, native
+from debugtune.engine.prevent.readers.structured import flatten, key_lines, load_json, load_yaml
+from debugtune.engine.prevent.schema import infer_version
+from debugtune.engine.prevent.vocab import FRAMEWORKS
 
 _YAML_START = re.compile(r"^\s*(framework|MODEL_ARGS|ENV_VARS|language_model|model_parallel)\s*:", re.M)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..document import ConfigDoc, KeyIssue
-from .structured import flatten
+from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
+from debugtune.engine.prevent.readers.structured import flatten
 
 MODEL_SECTIONS = ("model_config", "model")
 

@@ -7,11 +7,11 @@ import re
 import shlex
 from typing import Any
 
-from ..document import ConfigDoc, KeyIssue
-from ..errors import LintInputError
-from ..keys import FrameworkKeys
-from ..vocab import parse_version
-from .shell import Command, Shell, Word
+from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
+from debugtune.engine.prevent.errors import LintInputError
+from debugtune.engine.prevent.keys import FrameworkKeys
+from debugtune.engine.prevent.readers.shell import Command, Shell, Word
+from debugtune.engine.prevent.vocab import parse_version
 
 _LAUNCH_KEYS = {
     "--nproc_per_node": "nproc_per_node", "--nproc-per-node": "nproc_per_node", "--num_gpus": "nproc_per_node",

@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..document import ConfigDoc
-from ..errors import LintInputError
-from ..keys import FrameworkKeys
-from ..vocab import FRAMEWORKS
-from . import deepspeed, hf, megatron
-from .shell import Shell
+from debugtune.engine.prevent.document import ConfigDoc
+from debugtune.engine.prevent.errors import LintInputError
+from debugtune.engine.prevent.keys import FrameworkKeys
+from debugtune.engine.prevent.readers import deepspeed, hf, megatron
+from debugtune.engine.prevent.readers.shell import Shell
+from debugtune.engine.prevent.vocab import FRAMEWORKS
 
 NATIVE_KEYS = ("framework", "version", "env", "launch", "file", "args", "settings")
 LAUNCH_KEYS = ("nnodes", "nproc_per_node", "world_size", "node_rank")

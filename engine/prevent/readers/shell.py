@@ -15,8 +15,8 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from .shell_expand import Expander, Item, Value, Word
-from .shell_scan import ASSIGN, RawWord, Scanner, Statement
+from debugtune.engine.prevent.readers.shell_expand import Expander, Item, Value, Word
+from debugtune.engine.prevent.readers.shell_scan import ASSIGN, RawWord, Scanner, Statement
 
 __all__ = ["Command", "Shell", "Word"]
 

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .shell_scan import Part, RawWord, scan_word
+from debugtune.engine.prevent.readers.shell_scan import Part, RawWord, scan_word
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ALL_ITEMS = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\[@\]\}|\$@|\$\{@\}")

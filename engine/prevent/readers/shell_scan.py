@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..errors import LintInputError
+from debugtune.engine.prevent.errors import LintInputError
 
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\[[^\]]*\])?(\+?)=")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

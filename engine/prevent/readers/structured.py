@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from ..document import KeyIssue
-from ..errors import LintInputError
+from debugtune.engine.prevent.document import KeyIssue
+from debugtune.engine.prevent.errors import LintInputError
 
 
 def load_json(text: str, path: str) -> tuple[Any, list[KeyIssue]]:

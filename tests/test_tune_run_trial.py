@@ -126,6 +126,8 @@ def test_manual_grids_and_their_count_to_target(seed_run):
     assert len(grid) == 10 and all(set(c) == {"aux_loss_coeff", "init_std"} for c in grid)  # 5 values each
     std = next(p for p in params if p.name == "init_std")
     assert grid_values(std)[0] == pytest.approx(std.low) and grid_values(std)[-1] == pytest.approx(std.high)
+    outward = grid_values(std, order="outward")  # the documented default first, then the nearest values
+    assert outward[0] == std.default and sorted(outward[1:]) == grid_values(std) and outward[-1] == std.low
     names = {p.name for p in knobs}
     assert {"init_std", "aux_loss_coeff", "capacity_factor"} <= names and "bias_update_rate" not in names
     one, two = symptom_grid(knobs, 1), symptom_grid(knobs, 2)

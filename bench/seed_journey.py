@@ -15,8 +15,19 @@ of experiments until that std is at most the story's 15 percentage points, for:
 * **random** — random search over the same remedy's space;
 * **manual (remedy grid)** — the remedy's parameters one at a time over their documented ranges (five values,
   low end first), the issue's definition of the grid a person would try;
+* **manual (default outward)** — the same values in the other order a person defends: the documented default
+  first (for the seed it is also the run's own ``gate_init_std``), then outward from it;
 * **manual (symptoms only)** — what a person who sees the symptoms but not the cause tries: every parameter of
   the remedies for the causes of the run's symptoms that the trial sets, one at a time, in a seeded random order.
+
+Each seed's line also gives the first objective over the whole of the top remedy's grid: when every value
+of the documented range reaches the target the remedy is a one-shot fix (any grid finds it at once), and the
+tuner cannot be fewer experiments than the remedy grid.
+
+A secondary table asks the question where the continuous knobs matter: the experiments until the replay is no
+longer an imbalance by the knowledge base's own ExpertImbalance limit (MaxVio of the tokens per expert at most
+``moe.imbalance.maxvio``), for `RouterInitRescale` (init_std) and `RouterRebalance` (init_std and the balancing
+coefficient), the same arms; the story's 15 points stay the headline.
 
 Costs are the trials' own (replayed steps' time, card-hours) as a share of the run's training cost (its
 ``step_time_ms``). Arms are capped at 40 experiments ("not reached" beyond). Then the prevention check:
@@ -45,13 +56,13 @@ from debugtune.engine.tune import TuneSpec, auto_tune, find_run_trial
 from debugtune.engine.tune.baselines import experiments_to_target, remedy_grid, symptom_grid, symptom_parameters
 from debugtune.engine.tune.data import Objective
 from debugtune.kg import open_store
-from debugtune.kg.knowledge import load_knowledge
+from debugtune.kg.knowledge import load_knowledge, thresholds
 from debugtune.kg.packages import import_package
 from debugtune.kg.store import Store
 
 CAP = journey.BASELINE_CAP
 ARMS = ("transfer (shipped KB)", "transfer (KB + package)", "cold BO", "random", "manual (remedy grid)",
-        "manual (symptoms only)")
+        "manual (default outward)", "manual (symptoms only)")
 
 
 def _store(package: Path | None = None) -> Store:
@@ -63,9 +74,10 @@ def _store(package: Path | None = None) -> Store:
 
 
 def _tuner_arm(st: Store, run: str, target: float, *, seed: int, strategy: str = "bayesian",
-               transfer: bool = True) -> dict[str, Any]:
-    spec = TuneSpec(top_suggestion=True, strategy=strategy, max_experiments=CAP, seed=seed, executor="inline",
-                    record=False, transfer=transfer, target=target)
+               transfer: bool = True, remedy: str | None = None, objective: Objective | None = None) -> dict[str, Any]:
+    spec = TuneSpec(top_suggestion=remedy is None, remedy=remedy, strategy=strategy, max_experiments=CAP, seed=seed,
+                    executor="inline", record=False, transfer=transfer, target=target,
+                    objectives=(objective,) if objective else ())
     res = auto_tune(st, run, None, spec)
     n = res.result.experiments_to_target(target)
     cost = sum(t.cost for t in res.result.trials[:n]) if n else res.result.spent
@@ -97,18 +109,53 @@ def one_seed(seed: int, work: Path, package: Path, steps: int) -> dict[str, Any]
             return fn(dict(p), checkpoint=trial.checkpoint)
 
         objective = Objective.parse(trial.objectives[0])
-        for name, grid in (("manual (remedy grid)", remedy_grid(remedy_details(st, remedy).parameters)),
+        params = remedy_details(st, remedy).parameters
+        for name, grid in (("manual (remedy grid)", remedy_grid(params)),
+                           ("manual (default outward)", remedy_grid(params, order="outward")),
                            ("manual (symptoms only)", symptom_grid(symptom_parameters(st, run, trial.parameters),
                                                                    seed))):
             g = experiments_to_target(call, grid[:CAP], objective, trial.target)
             arms[name] = {"experiments": g.experiments, "cost": g.cost}
+        whole = [call(p)[objective.name] for p in remedy_grid(params)]
+        out["remedy_grid_values"] = {"objective": objective.name, "min": min(whole), "max": max(whole),
+                                     "all_reach_target": all(objective.better(v, trial.target) for v in whole)}
         run_cost = arms["cold BO"]["run_cost"]
         for a in arms.values():
             a["share"] = a["cost"] / run_cost if run_cost else None
         out["arms"], out["remedy"], out["run_cost_card_hours"] = arms, remedy, run_cost
+        out["kb_target"] = kb_target_arms(st, run, call, seed=seed, run_cost=run_cost)
     finally:
         for st in stores.values():
             st.close()
+    return out
+
+
+KNOB_REMEDIES = ("RouterInitRescale", "RouterRebalance")
+"""The GateInitBias remedies the seed's trial can apply whose parameters are continuous (init_std; init_std and
+the balancing coefficient)."""
+KNOB_ARMS = ("transfer (shipped KB)", "cold BO", "random", "manual (remedy grid)", "manual (default outward)")
+
+
+def kb_target_arms(st: Store, run: str, call: Any, *, seed: int, run_cost: float) -> dict[str, Any]:
+    """Experiments until the replay is no longer an imbalance by the knowledge base's own threshold (MaxVio of
+    the tokens per expert at most ``moe.imbalance.maxvio``, the ExpertImbalance detector's limit), where the
+    continuous knobs matter: a secondary figure beside the story's 15 points, not in its place."""
+    limit = thresholds(st)["moe.imbalance.maxvio"]
+    objective = Objective("max_vio")
+    out: dict[str, Any] = {"objective": "max_vio", "target": limit}
+    for remedy in KNOB_REMEDIES:
+        params = remedy_details(st, remedy).parameters
+        arms = {"transfer (shipped KB)": _tuner_arm(st, run, limit, seed=seed, remedy=remedy, objective=objective),
+                "cold BO": _tuner_arm(st, run, limit, seed=seed, transfer=False, remedy=remedy,
+                                      objective=objective),
+                "random": _tuner_arm(st, run, limit, seed=seed, strategy="random", remedy=remedy,
+                                     objective=objective)}
+        for name, order in (("manual (remedy grid)", "low"), ("manual (default outward)", "outward")):
+            g = experiments_to_target(call, remedy_grid(params, order=order)[:CAP], objective, limit)
+            arms[name] = {"experiments": g.experiments, "cost": g.cost}
+        for a in arms.values():
+            a["share"] = a["cost"] / run_cost if run_cost else None
+        out[remedy] = arms
     return out
 
 
@@ -196,9 +243,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         row = one_seed(seed, work, package, args.steps)
         rows.append(row)
-        print(f"seed {seed}: root cause {row['root_cause']}, remedy {row['remedy']}: " + ", ".join(
-            f"{k} {v['experiments'] if v['experiments'] is not None else '-'}" for k, v in row["arms"].items()),
-            flush=True)
+        g = row["remedy_grid_values"]
+        print(f"seed {seed}: root cause {row['root_cause']}, remedy {row['remedy']} ({g['objective']} "
+              f"{g['min']:.1f}-{g['max']:.1f} over its grid"
+              f"{': every value reaches the target' if g['all_reach_target'] else ''}): " + ", ".join(
+                  f"{k} {v['experiments'] if v['experiments'] is not None else '-'}" for k, v in row["arms"].items()),
+              flush=True)
     medians = {a: _median([r["arms"][a]["experiments"] for r in rows]) for a in ARMS}
     shares = {a: statistics.median([r["arms"][a]["share"] for r in rows if r["arms"][a]["share"] is not None])
               for a in ARMS}
@@ -208,17 +258,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for a in ARMS:
         m = medians[a]
         print(f"{a:28s} {('-' if m is None else f'{m:g}'):>7s} {shares[a]:>10.1%}")
+    one_shot = sum(r["remedy_grid_values"]["all_reach_target"] for r in rows)
+    print(f"the top remedy reaches the target at every value of its documented range on {one_shot} of {len(rows)} "
+          "seeds" + (" (a one-shot fix: no tuner can beat the remedy grid there)" if one_shot else ""))
     best = medians["transfer (KB + package)"]
-    for manual in ("manual (remedy grid)", "manual (symptoms only)"):
+    for manual in ("manual (remedy grid)", "manual (default outward)", "manual (symptoms only)"):
         if best and medians[manual]:
             print(f"{manual} / transfer (KB + package): {medians[manual] / best:.2g}x")
+    kb = rows[0]["kb_target"]
+    print(f"\nsecondary, where the continuous knobs matter: experiments until {kb['objective']} <= {kb['target']:g} "
+          "(the knowledge base's moe.imbalance.maxvio: no longer an ExpertImbalance), median over the seeds:")
+    print(f"{'arm':28s} " + " ".join(f"{r:>18s}" for r in KNOB_REMEDIES))
+    knob_medians = {r: {a: _median([row["kb_target"][r][a]["experiments"] for row in rows]) for a in KNOB_ARMS}
+                    for r in KNOB_REMEDIES}
+    for a in KNOB_ARMS:
+        print(f"{a:28s} " + " ".join(f"{('-' if knob_medians[r][a] is None else f'{knob_medians[r][a]:g}'):>18s}"
+                                     for r in KNOB_REMEDIES))
     prev = prevention(origin, work, range(args.first_seed + 1000, args.first_seed + 1010))
     print(f"\nprevention: rule {prev['rule'] or 'none (' + str(prev['rule_error']) + ')'}")
     print(f"biased configurations stopped: {prev['stopped']}/10 (before launch by lint "
           f"{prev['stopped_before_launch']}, at attach {prev['stopped_at_attach']}); dense configurations flagged: "
           f"{prev['dense_flagged']}/10 "
           f"(lint errors on them: {prev['dense_lint_errors']})")
-    result = {"seeds": rows, "medians": medians, "cost_shares": shares, "prevention": prev,
+    result = {"seeds": rows, "medians": medians, "cost_shares": shares, "prevention": prev, "one_shot_seeds": one_shot,
+              "kb_target_medians": knob_medians,
               "seconds": round(time.perf_counter() - t0, 1)}
     print(f"({result['seconds']:.0f} s)")
     if args.json:

@@ -126,6 +126,8 @@ def test_manual_grids_and_their_count_to_target(seed_run):
     assert len(grid) == 10 and all(set(c) == {"aux_loss_coeff", "init_std"} for c in grid)  # 5 values each
     std = next(p for p in params if p.name == "init_std")
     assert grid_values(std)[0] == pytest.approx(std.low) and grid_values(std)[-1] == pytest.approx(std.high)
+    outward = grid_values(std, order="outward")  # the documented default first, then the nearest values
+    assert outward[0] == std.default and sorted(outward[1:]) == grid_values(std) and outward[-1] == std.low
     names = {p.name for p in knobs}
     assert {"init_std", "aux_loss_coeff", "capacity_factor"} <= names and "bias_update_rate" not in names
     one, two = symptom_grid(knobs, 1), symptom_grid(knobs, 2)
@@ -159,3 +161,37 @@ def test_cases_similar_to_shows_near_misses_when_none_passes(seed_run):
     note = " ".join(out.get("notes", []))
     assert not out["rows"] and "nearest:" in note and "Switch-InitScale" in note
     assert Path(seed_run["dir"], "replay-checkpoint.pt").is_file()
+
+
+def test_every_harness_program_run_has_its_trial_and_auto_needs_no_trial_flag(tmp_path):
+    """Not only the seed scenario: a run of any harness program writes its replay checkpoint before step 0, the
+    trial replays it (the same losses as training with the change from the start), and `cann-tune auto RUN
+    --top-suggestion` tunes the best remedy that trial can set."""
+    from debugtune.scenarios import programs
+    from debugtune.scenarios.faults import FAULTS
+
+    torch.set_num_threads(1)
+    fault = {"steps": 60, **FAULTS["LearningRateTooHigh"].resolve("blobs_mlp", "mild")}
+    programs.run("blobs_mlp", fault, seed=0, run_dir=tmp_path / "blobs", probe=True, run_id="blobs-hot")
+    trial = find_run_trial(tmp_path / "blobs")
+    assert trial is not None and trial.trial == "debugtune.scenarios.programs:replay_trial" and trial.step == 0
+    assert {"lr_scale", "clip_grad"} <= set(trial.parameters) and "aux_loss_coeff" not in trial.parameters
+    assert "init_std" in programs.trial_parameters("moe_lm") and trial.objectives == ("loss:min",)
+    replayed = programs.replay_trial({"clip_grad": 0.5}, checkpoint=trial.checkpoint)
+    direct = programs.run("blobs_mlp", {**fault, "grad_clip": 0.5}, seed=0).summary["final_loss"]
+    assert replayed["loss"] == direct and replayed["cost"] > 0
+    with pytest.raises(ValueError, match="cannot set bias_update_rate"):
+        programs.replay_trial({"bias_update_rate": 1e-3}, checkpoint=trial.checkpoint)
+    store = str(tmp_path / "store")
+    st = open_store(store)
+    try:
+        load_knowledge(st)
+        diagnose(tmp_path / "blobs", store=st, save=False)
+    finally:
+        st.close()
+    r = runner.invoke(tune_app, ["auto", "blobs-hot", "--top-suggestion", "--store", store, "--executor", "inline",
+                                 "--max-experiments", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert {p["name"] for p in out["parameters"]} <= set(trial.parameters) and out["objectives"] == ["loss:min"]
+    assert out["trials"] and all(t["status"] == "ok" for t in out["trials"]), out["trials"]

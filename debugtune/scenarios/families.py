@@ -146,18 +146,18 @@ def _decoder(cfg: TrainConfig, data: Split) -> HarnessModel:
     return DecoderLM(cfg.vocab, cfg.seq_len, cfg.d_model, cfg.n_heads, cfg.width, cfg.n_layers, cfg.activation)
 
 
-def _reset_routers(model: Any, cfg: TrainConfig) -> Any:
+def reset_routers(model: Any, cfg: TrainConfig) -> Any:
     for _, router in model.routers():
         router.reset(cfg.gate_init_std, cfg.gate_bias, cfg.gate_bias_experts)
     return model
 
 
 def _moe_lm(cfg: TrainConfig, data: Split) -> HarnessModel:
-    return _reset_routers(HarnessMoELM(moe_config(cfg)), cfg)
+    return reset_routers(HarnessMoELM(moe_config(cfg)), cfg)
 
 
 def _moe_classifier(cfg: TrainConfig, data: Split) -> HarnessModel:
-    return _reset_routers(MoEClassifier(moe_config(cfg), data.classes), cfg)
+    return reset_routers(MoEClassifier(moe_config(cfg), data.classes), cfg)
 
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +182,11 @@ def check_output(family: Family, cfg: TrainConfig, program: str) -> None:
 
 
 def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path | None = None, probe: bool = False,
-          run_id: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+          run_id: str | None = None, on_start: Callable[[nn.Module, torch.optim.Optimizer], None] | None = None,
+          ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Train ``cfg`` as a program of ``family`` (the probe writing into ``run_dir`` when ``probe``); returns the
-    program's own (series, summary)."""
+    program's own (series, summary). ``on_start(model, optimizer)`` runs once before step 0 (the replay
+    checkpoint is written, or restored, there; it reads the state and draws no random number)."""
     cfg.validate()
     check_output(family, cfg, program)
     seed_everything(cfg.seed)
@@ -197,6 +199,8 @@ def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path
         m.requires_grad_(False)
     start = [p.detach().clone() for m in backbone for p in m.parameters()]
     optimizer = make_optimizer(cfg, trained_parameters(model, cfg.frozen))
+    if on_start is not None:
+        on_start(model, optimizer)
     source = BatchSource(cfg, data, objective)
     x_test = torch.from_numpy(data.x_test)
     y_test = x_test if objective.name == "recon" else torch.from_numpy(data.y_test)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,10 @@ import numpy as np
 from debugtune.scenarios import distributed, harness
 from debugtune.scenarios.config import RECIPE, TrainConfig
 from debugtune.scenarios.datasets import markov_source
-from debugtune.scenarios.families import FAMILIES
-from debugtune.scenarios.moe import MoEConfig
+from debugtune.scenarios.families import FAMILIES, MoEFamily, reset_routers
+from debugtune.scenarios.moe import TRIAL_PARAMETERS as MOE_TRIAL_PARAMETERS
+from debugtune.scenarios.moe import MoEConfig, expert_utilisation
+from debugtune.scenarios.moe import remedy_config as moe_remedy_config
 
 
 @dataclass(frozen=True)
@@ -159,8 +161,11 @@ def make_config(program: str, overrides: Mapping[str, Any], seed: int) -> Any:
 
 
 def _harness(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
+    def save(model: Any, optimizer: Any) -> None:
+        save_replay_checkpoint(p.name, cfg, run_dir, model, optimizer)
+
     series, summary = harness.train(FAMILIES[p.family], cfg, program=p.name, run_dir=run_dir, probe=probe,
-                                    run_id=run_id)
+                                    run_id=run_id, on_start=save if probe and run_dir is not None else None)
     if cfg.task == "markov":
         summary["entropy_floor"] = markov_source(cfg).entropy_floor()
     if "tokens_per_expert" in series:
@@ -194,3 +199,92 @@ def run(program: str, overrides: Mapping[str, Any] | None = None, *, seed: int =
     p = PROGRAMS[program]
     series, summary = _RUNNERS[p.kind](p, cfg, path, probe, run_id)
     return Outcome(program, {k: np.asarray(v) for k, v in series.items()}, summary)
+
+
+# -- the harness programs' own trial: replay the run from the checkpoint taken before step 0 -----------------
+HARNESS_PARAMETERS: dict[str, str] = {
+    "lr_scale": "lr", "clip_grad": "grad_clip", "weight_decay": "weight_decay", "dropout": "dropout",
+    "lr_warmup_iters": "warmup_steps", "gradient_accumulation_steps": "accum_steps"}
+"""Remedy tuning parameters (their names in ``cases/remedies-*.ttl``) that every harness program can set → the
+config field each sets (``lr_scale`` multiplies the learning rate); a program of an MoE family also sets those of
+`moe.TRIAL_PARAMETERS`. A name whose field the program's family does not implement (`config_fields`) is left
+out, so a remedy that needs it is shown as not applicable rather than tuned without effect."""
+HARNESS_OBJECTIVES = ("loss:min",)
+"""What the harness trial optimises: the program's own final training loss (the mean of its last window)."""
+MOE_OBJECTIVES = ("expert_util_std:min", "loss:min")
+"""An MoE family's: the experts' balance first (`moe.expert_utilisation` over the last fifth of the steps, the
+window `MoEResult.balance` uses), the loss second."""
+
+
+def trial_parameters(program: str) -> dict[str, str]:
+    """The remedy parameters ``program``'s trial sets → config field (see `HARNESS_PARAMETERS`)."""
+    p = PROGRAMS[program]
+    names = dict(HARNESS_PARAMETERS)
+    if isinstance(FAMILIES[p.family], MoEFamily):
+        names.update(MOE_TRIAL_PARAMETERS)
+    allowed = config_fields(program)
+    return {k: v for k, v in names.items() if v in allowed}
+
+
+def trial_overrides(program: str, cfg: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The config-field overrides a remedy's ``params`` make on ``program``; a name it cannot set raises
+    ValueError naming the ones it can."""
+    names = trial_parameters(program)
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise ValueError(f"{program} cannot set {', '.join(unknown)} (it sets {', '.join(sorted(names))})")
+    shared = {k: v for k, v in params.items() if k in MOE_TRIAL_PARAMETERS}
+    out = moe_remedy_config(cfg, shared) if shared else {}
+    for name, value in params.items():
+        if name not in shared:
+            field_name = names[name]
+            integer = field_name in ("warmup_steps", "accum_steps")
+            out[field_name] = int(round(float(value))) if integer else float(value)
+    return out
+
+
+def _objectives(program: str) -> tuple[str, ...]:
+    return MOE_OBJECTIVES if isinstance(FAMILIES[PROGRAMS[program].family], MoEFamily) else HARNESS_OBJECTIVES
+
+
+def save_replay_checkpoint(program: str, cfg: Any, run_dir: str | Path, model: Any, optimizer: Any) -> Any:
+    """The run's replay checkpoint before step 0, declaring the harness trial (`replay_trial`), the parameters
+    ``program`` sets and its objective (the batches depend only on the step: the data position is the step)."""
+    from debugtune.engine.tune.run_trial import save_run_checkpoint
+
+    return save_run_checkpoint(run_dir, model, optimizer, step=0, trial=f"{__name__}:replay_trial",
+                               parameters=sorted(trial_parameters(program)), objectives=_objectives(program),
+                               trial_dir="", extra={"scenario": "harness", "program": program,
+                                                    "config": asdict(cfg)})
+
+
+def replay_trial(params: Mapping[str, Any], checkpoint: str | Path | None = None) -> dict[str, float]:
+    """The harness programs' trial: the run replayed from its checkpoint (model and optimizer state, RNG) for
+    the run's own steps with the remedy's ``params``; reports ``loss`` (the program's final training loss),
+    ``eval_loss`` when the program evaluates, ``expert_util_std`` for an MoE family, and ``cost`` (the
+    replayed steps' time on this one device in card-hours: what the run's own cost sums, without start-up)."""
+    from debugtune.engine.tune.replay import Checkpoint
+
+    if checkpoint is None:
+        raise ValueError("the harness trial replays from a checkpoint: give checkpoint=")
+    ckpt = Checkpoint.load(checkpoint)
+    program = ckpt.extra["program"]
+    base = replace(PROGRAMS[program].base, **ckpt.extra["config"])
+    cfg = replace(base, **trial_overrides(program, base, params))
+
+    def restore(model: Any, optimizer: Any) -> None:
+        hyper = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        ckpt.restore(model, optimizer)
+        for group, h in zip(optimizer.param_groups, hyper, strict=True):
+            group.update(h)  # the candidate's learning rate, decay, ... not the run's
+        if "init_std" in params:
+            reset_routers(model, cfg)  # RouterInitRescale: re-initialised with the candidate std, no bias
+
+    series, summary = harness.train(FAMILIES[PROGRAMS[program].family], cfg, program=program, on_start=restore)
+    out = {"loss": float(summary["final_loss"]), "cost": summary["step_ms"] * cfg.steps / 3.6e6}
+    if "tokens_per_expert" in series:
+        tokens = np.asarray(series["tokens_per_expert"], dtype=float)
+        out["expert_util_std"] = expert_utilisation(tokens[-max(1, len(tokens) // 5):])["std_pp"]
+    if math.isfinite(summary.get("final_eval_loss", float("nan"))):
+        out["eval_loss"] = float(summary["final_eval_loss"])
+    return out

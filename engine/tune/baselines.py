@@ -3,6 +3,9 @@
 * `remedy_grid`: the remedy's own parameters, each over its documented range (the knowledge base's
   ``dt:minValue`` … ``dt:maxValue``, evenly spaced, on the log of the value for a log-scale parameter; a
   categorical one over its choices), from the low end up, the other parameters at their defaults.
+  ``order="outward"`` is the other order a person defends: the documented default (``dt:defaultValue``)
+  first, then the grid's values nearest to it first (on the log for a log-scale parameter); the issue's
+  words ("one parameter at a time over the remedy's documented range") fix the values, not the order.
 * `symptom_grid`: what a person does who sees the symptoms but not the cause — the parameters of every
   remedy the knowledge base gives for a cause that can produce one of the run's symptoms, that the trial can
   set, one at a time over their documented ranges, in an order they pick (seeded shuffle: no order is
@@ -32,28 +35,43 @@ GRID_POINTS = 5
 """Values per parameter: both ends of the documented range and three between them."""
 
 
-def grid_values(p: TuningParameter, points: int = GRID_POINTS) -> list[Any]:
-    """The values a person tries for one parameter, low end first (see the module doc)."""
+ORDERS = ("low", "outward")
+"""`grid_values` orders: low end first; the documented default first, then outward from it."""
+
+
+def grid_values(p: TuningParameter, points: int = GRID_POINTS, order: str = "low") -> list[Any]:
+    """The values a person tries for one parameter, low end first or outward from the default (module doc)."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
     if p.kind == "categorical":
-        return list(p.choices)
-    if p.low is None or p.high is None:
+        values = list(p.choices)
+    elif p.low is None or p.high is None:
         return [p.default]
-    lo, hi = float(p.low), float(p.high)
-    if p.scale == "log" and lo > 0:
-        values = [math.exp(x) for x in np.linspace(math.log(lo), math.log(hi), points)]
     else:
-        values = list(np.linspace(lo, hi, points))
-    if p.kind == "integer":
-        return sorted({int(round(v)) for v in values})
-    return [float(f"{v:.6g}") for v in values]
+        lo, hi = float(p.low), float(p.high)
+        log = p.scale == "log" and lo > 0
+        raw = [math.exp(x) for x in np.linspace(math.log(lo), math.log(hi), points)] if log else \
+            list(np.linspace(lo, hi, points))
+        values = sorted({int(round(v)) for v in raw}) if p.kind == "integer" else [float(f"{v:.6g}") for v in raw]
+    if order == "low" or p.default is None:
+        return values
+    if p.kind == "categorical":
+        return [p.default, *(v for v in values if v != p.default)]
+
+    def distance(v: Any) -> float:
+        a, b = float(v), float(p.default)
+        return abs(math.log(a) - math.log(b)) if p.scale == "log" and a > 0 and b > 0 else abs(a - b)
+
+    return [p.default, *sorted((v for v in values if v != p.default), key=distance)]
 
 
-def remedy_grid(parameters: Sequence[TuningParameter], points: int = GRID_POINTS) -> list[dict[str, Any]]:
+def remedy_grid(parameters: Sequence[TuningParameter], points: int = GRID_POINTS,
+                order: str = "low") -> list[dict[str, Any]]:
     """One parameter at a time over its range, the others at their defaults, in the remedy's parameter order."""
     defaults = {p.name: p.default for p in parameters}
     out = []
     for p in parameters:
-        for v in grid_values(p, points):
+        for v in grid_values(p, points, order):
             config = {**defaults, p.name: v}
             if config not in out:
                 out.append(config)

@@ -26,6 +26,7 @@ import itertools
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,13 @@ _PARALLEL = re.compile(r"parallel_size|world_size|num_layers|num_attention_heads
 _BATCH = re.compile(r"batch_size|micro_batch|global_batch")
 
 
+# Module-level names a check compares a config field with: torch dtypes, torch.nn.functional, and the
+# activation functions core_transformer_config_from_args assigns (cases/prevention/derived-megatron-checks.ttl
+# names them the same way).
+_MODULES = ("torch", "F")
+_FUNCTIONS = ("quick_gelu", "squared_relu")
+
+
 class Unsupported(Exception):
     pass
 
@@ -57,18 +65,22 @@ class Key:
 class Translator:
     """One check's failure condition as SPARQL, as a Python evaluator, and as words."""
 
-    def __init__(self, keys: Any, table: dict[str, str], root: str):
+    def __init__(self, keys: Any, table: dict[str, str], root: str, derivable: dict[str, list[str]] | None = None):
         self.keys, self.table, self.root = keys, table, root
+        self.derivable = derivable or {}
+        self.linter: Any = None
         self.used: dict[str, Key] = {}
         self.lists: set[str] = set()
 
     def key(self, attr: str) -> Key:
+        """A key the check reads: an argument, a config field a --yaml-cfg sets (``settings:``), or a key a
+        derivation computes (with the arguments that produce its values)."""
         name = self.table.get(attr, attr)
         spec = self.keys.keys.get(name)
-        if spec is None or spec.derived and name != "world_size":
+        if spec is None or spec.derived and name != "world_size" and name not in self.derivable:
             raise Unsupported(f"{attr}: not a key")
-        if name != "world_size" and not (spec.options or spec.true_flags or spec.false_flags):
-            raise Unsupported(f"{attr}: no command-line option")
+        if spec.value_type == "any" and name not in self.derivable and not spec.options:
+            raise Unsupported(f"{attr}: a config field of no known type")
         return self.used.setdefault(name, Key(name, spec, "?k_" + name))
 
     # -- SPARQL -------------------------------------------------------------------------------------------
@@ -109,10 +121,18 @@ class Translator:
             if n.value is None or isinstance(n.value, bool):
                 raise Unsupported("None/bool in arithmetic")
             return json.dumps(n.value) if isinstance(n.value, str) else repr(n.value)
-        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id[:1].isupper():
-            return json.dumps(n.attr)  # an enum member: its name, as the command line gives it
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and \
+                (n.value.id[:1].isupper() or n.value.id in _MODULES):
+            return json.dumps(n.attr)  # an enum member (or torch.bfloat16, F.silu): its name, as derived values hold it
+        if isinstance(n, ast.Name) and n.id in _FUNCTIONS:
+            return json.dumps(n.id)
         if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
             return f"(-{self._term(n.operand)})"
+        if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and len(n.values) == 2 and \
+                self._is_key(n.values[0]) and isinstance(n.values[1], ast.Constant) and \
+                isinstance(n.values[1].value, (int, float)) and not isinstance(n.values[1].value, bool):
+            k = self.key(n.values[0].attr)  # `x or 0`: the value, or the constant where unset (or zero)
+            return f"COALESCE({k.var}, {n.values[1].value!r})"
         if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len" and len(n.args) == 1 and \
                 self._is_key(n.args[0]):
             k = self.key(n.args[0].attr)
@@ -130,6 +150,10 @@ class Translator:
         raise Unsupported(ast.unparse(n))
 
     def _compare(self, left: ast.AST, op: ast.cmpop, right: ast.AST) -> str:
+        if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and isinstance(right.value, bool) \
+                and self._is_key(left):
+            k = self.key(left.attr)
+            return f"(BOUND({k.var}) && {k.var} = {'true' if right.value else 'false'})"
         if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and right.value is None:
             if not self._is_key(left):
                 raise Unsupported("is None of a non-key")
@@ -168,8 +192,12 @@ class Translator:
     # -- evaluation (the check's own semantics, for finding examples) -------------------------------------
     def evaluate(self, n: ast.AST, values: dict[str, Any]) -> Any:
         if isinstance(n, ast.BoolOp):
-            vals = [self.evaluate(v, values) for v in n.values]
-            return all(vals) if isinstance(n.op, ast.And) else any(vals)
+            v = None
+            for part in n.values:  # Python's and/or: the deciding operand's value
+                v = self.evaluate(part, values)
+                if bool(v) != isinstance(n.op, ast.And):
+                    return v
+            return v
         if isinstance(n, ast.UnaryOp):
             v = self.evaluate(n.operand, values)
             return (not v) if isinstance(n.op, ast.Not) else -v
@@ -187,6 +215,8 @@ class Translator:
             return n.value
         if isinstance(n, ast.Attribute):
             return n.attr
+        if isinstance(n, ast.Name) and n.id in _FUNCTIONS:
+            return n.id
         if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
             return [self.evaluate(e, values) for e in n.elts]
         if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len":
@@ -233,6 +263,69 @@ def _cmp(op: ast.cmpop, a: Any, b: Any) -> bool:
     return {ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}[type(op)]
 
 
+@dataclass(frozen=True)
+class Model:
+    """A value the function computes before a check, as a derivation rule models it (``dt:modelsExpression``
+    ``file:line:expression``: from that line on, the expression denotes the derived key)."""
+
+    key: str
+    file: str
+    line: int
+    expression: str
+    assignments: frozenset[str]
+
+
+def load_models(store: Any) -> tuple[list[Model], dict[str, list[str]]]:
+    """The modelled expressions, and the example arguments of every derived key (``dt:exampleArgs``)."""
+    models, examples = [], {}
+    rows = store.query("""SELECT ?d ?key ?expr ?assign ?ex WHERE { ?d a dt:DerivationRule ; dt:derivesKey ?key .
+        OPTIONAL { ?d dt:modelsExpression ?expr } OPTIONAL { ?d dt:modelsAssignment ?assign }
+        OPTIONAL { ?d dt:exampleArgs ?ex } }""").dicts()
+    assigns: dict[str, set[str]] = {}
+    for r in rows:
+        assigns.setdefault(r["d"], set())
+        if r.get("assign"):
+            assigns[r["d"]].add(str(r["assign"]))
+        if r.get("ex") is not None:
+            examples.setdefault(str(r["key"]), [])
+            if str(r["ex"]) not in examples[str(r["key"])]:
+                examples[str(r["key"])].append(str(r["ex"]))
+    seen = set()
+    for r in rows:  # a derivation into the key itself models the assignments it names
+        if not r.get("expr") and assigns[r["d"]] and (r["d"], r["key"]) not in seen:
+            seen.add((r["d"], r["key"]))
+            for file in {a.split(":")[0] for a in assigns[r["d"]]}:
+                models.append(Model(str(r["key"]), file, 0, f"{{root}}.{r['key']}", frozenset(assigns[r["d"]])))
+    for r in rows:
+        if r.get("expr") and (r["d"], r["key"], r["expr"]) not in seen:
+            seen.add((r["d"], r["key"], r["expr"]))
+            file, line, expr = str(r["expr"]).split(":", 2)
+            models.append(Model(str(r["key"]), file, int(line), expr, frozenset(assigns[r["d"]])))
+    return models, examples
+
+
+def rewrite(cond: ast.AST, models: list[Model], file: str, line: int, root: str) -> ast.AST:
+    """The condition with every modelled expression replaced by its derived key (``root.key``), and
+    ``getattr(root, "x", None)`` read as ``root.x``."""
+    base = file.rsplit("/", 1)[-1]
+    table = {m.expression: m.key for m in sorted(models, key=lambda m: m.line)
+             if m.file == base and m.line <= line and "{root}" not in m.expression}
+
+    class _Sub(ast.NodeTransformer):
+        def visit(self, node: ast.AST) -> ast.AST:
+            text = ast.unparse(node) if isinstance(node, ast.expr) else None
+            if text in table:
+                return ast.copy_location(ast.Attribute(ast.Name(root, ast.Load()), table[text], ast.Load()), node)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and len(node.args) == 3 \
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id == root \
+                    and isinstance(node.args[1], ast.Constant) and isinstance(node.args[2], ast.Constant) \
+                    and node.args[2].value in (None, False):
+                return ast.Attribute(ast.Name(root, ast.Load()), str(node.args[1].value), ast.Load())
+            return super().generic_visit(node)
+
+    return ast.fix_missing_locations(_Sub().visit(cond))
+
+
 def failure(conditions: tuple[str, ...], kind: str) -> ast.AST:
     """The condition under which the check fails: its branch conditions and, for an assert, not its test."""
     parts = [ast.parse(c, mode="eval").body for c in conditions]
@@ -241,29 +334,31 @@ def failure(conditions: tuple[str, ...], kind: str) -> ast.AST:
     return parts[0] if len(parts) == 1 else ast.BoolOp(ast.And(), parts)
 
 
-def _assigned_before(path: Path, function: str, line: int, root: str) -> set[str]:
+def _assigned_before(path: Path, function: str, line: int, root: str) -> dict[str, set[int]]:
     """Keys the function assigns before ``line`` in a way that can make the checked value differ from the one
     written so that a rule would fire where the check does not: a computed value, or one that clears the key
     (None, False, 0, "none", []). Setting a key to another constant (a deprecated flag's translation, a default
     filled in) only makes the rule miss, and is allowed."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     for _, fn in lint_coverage._functions(tree, [function]):
-        out = set()
+        out: dict[str, set[int]] = {}
         for node in ast.walk(fn):
             if getattr(node, "lineno", line) >= line:
                 continue
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                targets = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
                 value = node.value
                 for t in targets:
                     if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == root \
                             and (isinstance(node, ast.AugAssign) or _unsafe(value)):
-                        out.add(t.attr)
+                        out.setdefault(t.attr, set()).add(node.lineno)
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "setattr" \
                     and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
-                out.add(str(node.args[1].value))  # setattr(args, "x", ...); a loop over names sets defaults only
+                # setattr(args, "x", ...); a loop over names sets defaults only
+                out.setdefault(str(node.args[1].value), set()).add(node.lineno)
         return out
-    return set()
+    return {}
 
 
 def _unsafe(value: ast.AST | None) -> bool:
@@ -276,8 +371,10 @@ def _unsafe(value: ast.AST | None) -> bool:
     return True
 
 
-def _candidates(k: Key, constants: list[Any]) -> list[Any]:
+def _candidates(k: Key, constants: list[Any], tr: Translator | None = None) -> list[Any]:
     spec = k.spec
+    if tr is not None and k.name in tr.derivable:
+        return list(tr.derivable[k.name])  # the arguments that give it its values
     own = [c for c in constants if c is not None and not isinstance(c, bool)]
     if spec.value_type == "bool":
         return [True, False]
@@ -296,24 +393,40 @@ def _candidates(k: Key, constants: list[Any]) -> list[Any]:
     return [c for c in own if isinstance(c, str)] + ["x"]
 
 
-def _default(k: Key) -> Any:
+def _default(k: Key, tr: Translator | None = None) -> Any:
+    if tr is not None and k.name in tr.derivable:
+        return ""
     d = k.spec.defaults
     if k.spec.value_type == "list":
         return list(d) if d else None
     return d[0] if d else None
 
 
-def examples(tr: Translator, cond: ast.AST) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """A violating and a passing assignment (keys set differently from their defaults), by search."""
+def examples(tr: Translator, cond: ast.AST) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Violating and passing assignments (keys set differently from their defaults), by search."""
     keys = list(tr.used.values())
     constants = [n.value for n in ast.walk(cond) if isinstance(n, ast.Constant)]
-    defaults = {k.name: _default(k) for k in keys}
-    options = {k.name: _candidates(k, constants) for k in keys}
+    defaults = {k.name: _default(k, tr) for k in keys}
+    options = {k.name: _candidates(k, constants, tr) for k in keys}
+
+    on_graph = tr.linter is not None and any(k.name in tr.derivable for k in keys)
+    cache: dict[str, bool | None] = {}
 
     def value(assign: dict[str, Any]) -> bool | None:
+        if on_graph:  # derived keys: the check on the values the derivations give the rendered configuration
+            text = render(tr, assign)
+            if text is None:
+                return None
+            if text not in cache:
+                try:
+                    cache[text] = _holds(tr, cond, tr.linter, text)
+                except Exception:  # noqa: BLE001 - an unreadable combination is no example
+                    cache[text] = None
+            return cache[text]
         try:
-            return bool(tr.evaluate(cond, {**defaults, **assign}))
-        except (Unsupported, ZeroDivisionError, TypeError):
+            vals = {k: list(v) if isinstance(v, tuple) else v for k, v in {**defaults, **assign}.items()}
+            return bool(tr.evaluate(cond, vals))
+        except (Unsupported, ZeroDivisionError, TypeError, KeyError, AttributeError):
             return None
 
     for size in range(1, min(len(keys), 4) + 1):
@@ -328,18 +441,44 @@ def examples(tr: Translator, cond: ast.AST) -> tuple[dict[str, Any], dict[str, A
                     for alt in options[k.name]:
                         other = {**assign, k.name: alt}
                         if value(other) is False and render(tr, other):
-                            return assign, other
-                return None
-    return None
+                            yield assign, other
+                            break
+
+
+def _settings(linter: Any, text: str) -> dict[str, Any]:
+    doc = linter.read("<example>", text=text or "--seed 1234")
+    return linter.graph(doc)[1].settings()
+
+
+def _holds(tr: Translator, cond: ast.AST, linter: Any, text: str) -> bool:
+    """Whether the check's own failure condition holds on the values the linter's graph has for ``text``."""
+    settings = _settings(linter, text)
+    values = {}
+    for name, k in tr.used.items():
+        v = settings.get(name)
+        if k.spec.value_type == "list" and v is not None and not isinstance(v, list):
+            v = [v]
+        values[name] = v
+    try:
+        return bool(tr.evaluate(cond, values))
+    except (Unsupported, ZeroDivisionError, TypeError, KeyError, AttributeError):
+        return False
 
 
 def render(tr: Translator, assign: dict[str, Any]) -> str | None:
-    words = []
+    """The assignment as a configuration: argument words, else ``settings:`` (a --yaml-cfg field), and the
+    example arguments that give a derived key its value."""
+    words, settings = [], {}
     for name, v in assign.items():
         spec = tr.used[name].spec
         if name == "world_size":
             continue
-        if spec.value_type == "bool":
+        if name in tr.derivable:
+            words.append(str(v))
+        elif not (spec.options or spec.true_flags or spec.false_flags):
+            if v is not None:
+                settings[name] = list(v) if isinstance(v, tuple) else v
+        elif spec.value_type == "bool":
             if v and spec.true_flags:
                 words.append(spec.true_flags[0])
             elif not v and spec.false_flags:
@@ -352,10 +491,14 @@ def render(tr: Translator, assign: dict[str, Any]) -> str | None:
             words.append(f"{spec.options[0]} " + " ".join(map(str, v)))
         else:
             words.append(f"{spec.options[0]} {v}")
-    text = " ".join(words)
-    if "world_size" in assign and assign["world_size"] is not None:
-        return f"framework: megatron\nlaunch: {{world_size: {assign['world_size']}}}\nargs: {json.dumps(text)}"
-    return text
+    text = " ".join(w for w in words if w)
+    world = assign.get("world_size")
+    if world is None and not settings:
+        return text
+    lines = ["framework: megatron"] + ([f"launch: {{world_size: {world}}}"] if world is not None else [])
+    lines += [f"args: {json.dumps(text)}"] if text else []
+    lines += [f"settings: {json.dumps(settings)}"] if settings else []
+    return "\n".join(lines)
 
 
 def _first_release(check: lint_coverage.Check, tags_root: Path) -> str | None:
@@ -400,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     from debugtune.engine.prevent.learn import VALID_CONFIGS
     from debugtune.engine.prevent.lint import Linter
     from debugtune.engine.prevent.rules import PreventionRule
+    from debugtune.engine.prevent.vocab import parse_version
     from debugtune.kg import open_store
     from debugtune.kg.knowledge import load_knowledge
 
@@ -422,6 +566,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
     valid_docs = [(linter.read(str(p)), None) for p in sorted(VALID_CONFIGS.iterdir())]
     valid_docs = [(d, v) for d, v in valid_docs if d.framework == "megatron"]
+    corpus_graphs = []  # each configuration's derived graph, built once: a candidate rule is one ASK on each
+    for d, v in valid_docs + corpus_docs:
+        try:
+            corpus_graphs.append((d, linter.graph(d, version=v)[1], v))
+        except Exception:  # noqa: BLE001 - as above
+            continue
+    models, derived_examples = load_models(store)
+    derivable = {k: [""] + texts for k, texts in derived_examples.items()}
     kept, reasons = [], {}
     for c in checks:
         if not c.config_only or c.rules:
@@ -431,44 +583,73 @@ def main(argv: list[str] | None = None) -> int:
             reasons[c.id] = "parameters of initialize_model_parallel"
             continue
         assigned = _assigned_before(args.megatron / c.file, c.function, c.line, root)
-        if "*" in assigned or set(c.keys) & assigned:
-            reasons[c.id] = "reads a value the function computes before the check"
+        base = c.file.rsplit("/", 1)[-1]
+        modelled = {m.expression.replace("{root}", root).removeprefix(root + "."): m
+                    for m in models if m.file == base and m.line <= c.line}
+        computed = {k for k in set(c.keys) & set(assigned)
+                    if k not in modelled or not {f"{base}:{n}" for n in assigned[k]} <= modelled[k].assignments}
+        if "*" in assigned or computed:
+            reasons[c.id] = f"reads a value the function computes before the check ({', '.join(sorted(computed))})"
             continue
-        tr = Translator(keys, table, root)
+        tr = Translator(keys, table, root, derivable)
+        tr.linter = linter
         try:
-            cond = failure(c.conditions, c.kind)
+            cond = rewrite(failure(c.conditions, c.kind), models, c.file, c.line, root)
             query = tr.query(cond)
-            found = examples(tr, cond)
+            pairs = examples(tr, cond)
         except (Unsupported, SyntaxError, KeyError) as err:
             reasons[c.id] = f"not translated: {str(err)[:80]}"
             continue
-        if found is None:
-            reasons[c.id] = "no example found"
-            continue
-        bad, good = (render(tr, a) for a in found)
-        if not bad or not good or bad == good:
-            reasons[c.id] = "examples not expressible on the command line"
-            continue
-        rid = f"{_PREFIX[c.file.rsplit('/', 1)[-1]]}{c.line}"
-        first = _first_release(c, args.tags_root)
+        rid = f"{_PREFIX[base]}{c.line}"
+        first = _first_release(c, args.tags_root)  # the examples must fire at the release their reading infers
         rule = PreventionRule(iri=f"https://w3id.org/debugtune/kb/prevention/{rid}", rule_id=rid, severity="error",
                               message="", fix="", framework="megatron", query=query, min_version=first)
         probe = Linter(linter.registry, [rule], linter.derivations)
-        try:
-            fires = rid in probe.lint_path("<bad>", text=bad).rule_ids()
-            quiet = rid not in probe.lint_path("<good>", text=good).rule_ids()
-        except Exception as err:  # noqa: BLE001
-            reasons[c.id] = f"example unreadable: {err}"
+        reasons[c.id], found = "no example found", None
+        for assign_bad, assign_good in itertools.islice(pairs, 40):
+            bad, good = render(tr, assign_bad), render(tr, assign_good)
+            if not bad or not good or bad == good:
+                reasons[c.id] = "examples not expressible as a configuration"
+                continue
+            try:
+                fires = rid in probe.lint_path("<bad>", text=bad).rule_ids()
+                quiet = rid not in probe.lint_path("<good>", text=good).rule_ids()
+                truth = (_holds(tr, cond, linter, bad), _holds(tr, cond, linter, good))
+            except Exception as err:  # noqa: BLE001
+                reasons[c.id] = f"example unreadable: {str(err)[:80]}"
+                continue
+            if truth != (True, False):
+                reasons[c.id] = "the check itself, on the linter's values of the examples, disagrees with the search"
+                continue
+            if not (fires and quiet):
+                reasons[c.id] = "the linter disagrees with the check on the examples"
+                continue
+            found = bad, good
+            break
+        if found is None:
             continue
-        if not (fires and quiet):
-            reasons[c.id] = "the linter disagrees with the check on the examples"
-            continue
-        hit = next((d.path for d, v in valid_docs + corpus_docs
-                    if rid in probe.lint_doc(d, version=v).rule_ids()), None)
+        del reasons[c.id]
+        bad, good = found
+        applies = rule  # a hit of the bare query, confirmed as lint reports it
+        hit = next((d.path for d, g, v in corpus_graphs if applies.applies("megatron", parse_version(v))
+                    and g.query(query) and rid in probe.lint_doc(d, version=v).rule_ids()), None)
         if hit is not None:
             reasons[c.id] = f"would fire on a valid configuration ({hit})"
             continue
         kept.append((c, rid, first, query, cond, tr, bad, good))
+    # last, every kept rule together, linted as lint does on every valid and real configuration
+    together = Linter(linter.registry, [PreventionRule(iri=f"https://w3id.org/debugtune/kb/prevention/{k[1]}",
+                                                       rule_id=k[1], severity="error", message="", fix="",
+                                                       framework="megatron", query=k[3], min_version=k[2])
+                                        for k in kept], linter.derivations)
+    fired: dict[str, str] = {}
+    for d, _g, v in corpus_graphs:
+        for rid in together.lint_doc(d, version=v).rule_ids():
+            fired.setdefault(rid, d.path)
+    for k in kept:
+        if k[1] in fired:
+            reasons[k[0].id] = f"would fire on a valid configuration ({fired[k[1]]})"
+    kept = [k for k in kept if k[1] not in fired]
     OUT.write_text(_turtle(kept))
     print(f"encoded {len(kept)} checks into {OUT}; left out {len(reasons)}", file=sys.stderr)
     for k, v in sorted(reasons.items()):

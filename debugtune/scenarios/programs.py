@@ -162,7 +162,8 @@ def make_config(program: str, overrides: Mapping[str, Any], seed: int) -> Any:
 
 def _harness(p: Program, cfg: Any, run_dir: Path | None, probe: bool, run_id: str | None) -> tuple[dict, dict]:
     def save(model: Any, optimizer: Any) -> None:
-        save_replay_checkpoint(p.name, cfg, run_dir, model, optimizer)
+        if run_dir is not None:
+            save_replay_checkpoint(p.name, cfg, run_dir, model, optimizer)
 
     series, summary = harness.train(FAMILIES[p.family], cfg, program=p.name, run_dir=run_dir, probe=probe,
                                     run_id=run_id, on_start=save if probe and run_dir is not None else None)

@@ -43,6 +43,7 @@ def grid_values(p: TuningParameter, points: int = GRID_POINTS, order: str = "low
     """The values a person tries for one parameter, low end first or outward from the default (module doc)."""
     if order not in ORDERS:
         raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
+    values: list[Any]
     if p.kind == "categorical":
         values = list(p.choices)
     elif p.low is None or p.high is None:

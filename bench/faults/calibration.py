@@ -429,7 +429,7 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
     for (cause, sym), (value, note) in sorted(cal.links.items()):
         links.append("\n" + triples(f"{KB}link/{cause}-{sym}", [
             ("a", "dt:CausalLink"), ("skos:prefLabel", en(f"{cause} → {sym}")), ("dt:from", f"kb:{cause}"),
-            ("dt:to", f"kb:{sym}"), ("dt:strength", literal(float(value))), ("dt:measured", "true"),
+            ("dt:to", f"kb:{sym}"), ("dt:strength", f"{float(value):.2f}"), ("dt:measured", "true"),
             ("rdfs:comment", en(f"Added by the diagnosis engine, calibrated on the fault bench: {note}.")),
             ("dct:source", src(cause))]))
     leaks = ["# Per-symptom leaks of the causal engine (P(finding | no modelled cause)): the rate at which the\n"

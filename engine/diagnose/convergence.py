@@ -365,7 +365,8 @@ def slow(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     if curve.lr is not None:
         ev["lr_median"] = float(np.median(curve.lr))
     sev = max(severity(max(late, 1e-9), th["convergence.slow.late_share"], 1.0),
-              0.5 + 0.5 * (1 - best_acc / th["convergence.slow.accuracy"]) if unconverged else 0.0)
+              0.5 + 0.5 * (1 - best_acc / th["convergence.slow.accuracy"]) if unconverged and best_acc is not None
+              else 0.0)
     onset = curve.n // 2
     out.add(make_finding("SlowConvergence", DIM, "", curve.steps, curve.judge_from, curve.n - 1, sev, ev,
                          "convergence.slow", onset), (curve.steps, trend))

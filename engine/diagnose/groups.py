@@ -55,7 +55,8 @@ def layout(meta: Mapping[str, Any], ranks: Iterable[int]) -> Layout:
         stage = {int(r): int(s) for r, s in given.items() if int(r) in ranks}
         if len(set(stage.values())) > 1:
             return Layout(stage, "layout")
-    parallel = meta.get("parallel") if isinstance(meta.get("parallel"), dict) else {}
+    given_parallel = meta.get("parallel")
+    parallel = given_parallel if isinstance(given_parallel, dict) else {}
     pp = parallel.get("pp") or parallel.get("pipeline_model_parallel_size")
     world = int(meta.get("world_size") or (max(ranks) + 1 if ranks else 0))
     if isinstance(pp, int) and pp > 1 and world and world % pp == 0:

@@ -129,8 +129,8 @@ def run_detectors(ctx: Context, detectors: Iterable[Detector], dimensions: Itera
             if det.data not in data:
                 data[det.data] = det.data(ctx)
             det.fn(ctx, data[det.data], emit)
-        except NotJudged as reason:
-            why[str(reason)].append(det.symptom)
+        except NotJudged as exc:
+            why[str(exc)].append(det.symptom)
             continue
         finally:
             res.seconds += time.perf_counter() - t0

@@ -156,6 +156,7 @@ def slow_rank(ctx: Context, data: object, out: Emit) -> None:
     assert rank is not None
     members = _members_of(lay, ranks, rank)
     if by_vote:
+        assert t is not None  # a vote needs the tally
         i = t.pos[rank]
         took = t.seen[i] > 0
         steps = t.steps[took]

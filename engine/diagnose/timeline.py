@@ -53,7 +53,7 @@ def device_idle(ctx: Context, data: object, out: Emit) -> None:
     if not hit.any() or hit.mean() < th["hardware.persist_frac"]:
         return
     level = float(np.nanmedian(s))
-    parts = {"idle_share": level}
+    parts: dict[str, float | str] = {"idle_share": level}
     for metric, key in (("idle_host_wait_ms", "host_wait_share"), ("idle_kernel_wait_ms", "kernel_wait_share"),
                         ("idle_other_ms", "other_idle_share"), ("compute_ms", "compute_share"),
                         ("comm_not_overlapped_ms", "exposed_comm_share"), ("memcpy_ms", "memcpy_share")):
@@ -61,7 +61,7 @@ def device_idle(ctx: Context, data: object, out: Emit) -> None:
             _, sh = _share(ctx, metric)
             parts[key] = float(np.nanmedian(sh[row]))
     losses = {k: v for k, v in parts.items() if k in ("idle_share", "exposed_comm_share", "memcpy_share")}
-    parts["dominant_loss"] = max(losses, key=losses.get).removesuffix("_share")
+    parts["dominant_loss"] = max(losses, key=lambda k: float(losses[k])).removesuffix("_share")
     sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), hit,
                               extra={**parts, "threshold": limit, "ranks": float(len(free.labels))})
     steps = free.steps[judged]

@@ -61,6 +61,8 @@ class Budget:
         if run_cost is None or run_cost <= 0:
             raise TuneError(f"a budget in % needs the training cost of run {run_id!r}: put \"card_hours\" in its "
                             "run.json, record step_time_ms telemetry, or give the budget in card-hours")
+        if self.fraction is None:
+            raise TuneError("a budget needs card-hours or a share of the run's cost")
         return float(self.fraction) * run_cost
 
 
@@ -237,8 +239,8 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
     history = load_history(store, run_id, chosen.remedy, names, threshold=spec.similarity)
     transfer = spec.strategy == "bayesian" and spec.transfer
     tuner = Tuner(space, spec.objectives, history=history.tasks if transfer else (),
-                  prior=history.prior, seed=spec.seed, parallel=spec.parallel, multi_objective=spec.multi_objective,
-                  strategy=spec.strategy,
+                  prior=history.prior, seed=spec.seed, parallel=spec.parallel,
+                  multi_objective=bool(spec.multi_objective), strategy=spec.strategy,
                   stop=StopRule(max_experiments=spec.max_experiments, budget=budget, patience=spec.patience,
                                 min_improvement=spec.min_improvement, target=spec.target,
                                 **_no_effect_rule(store)))

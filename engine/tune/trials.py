@@ -167,7 +167,8 @@ class CallableTrial:
     fn: Callable[..., Any]
 
     def __call__(self, request: TrialRequest) -> dict[str, Any]:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
+        accepted: Mapping[str, Any]
         try:
             accepted = inspect.signature(self.fn).parameters
         except (TypeError, ValueError):
@@ -191,7 +192,7 @@ def load_callable(spec: str) -> CallableTrial:
         mod = importlib.import_module(module)
     except ImportError as err:
         raise TrialSpecError(f"--trial-fn {spec!r}: cannot import {module!r}: {err}") from None
-    fn = mod
+    fn: Any = mod
     for part in attr.split("."):
         fn = getattr(fn, part, None)
         if fn is None:

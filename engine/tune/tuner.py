@@ -109,7 +109,7 @@ class Tuner:
         row = [values.get(o.name) for o in self.optimised]
         if not all(finite(v) for v in row):
             return None
-        return np.array([o.sign * float(v) for o, v in zip(self.optimised, row, strict=True)])
+        return np.array([o.sign * float(v) for o, v in zip(self.optimised, row, strict=True) if v is not None])
 
     def _encode_rows(self, rows: Sequence[tuple[dict[str, Any], dict[str, float]]]) -> tuple[np.ndarray, np.ndarray]:
         X, F = [], []
@@ -284,9 +284,10 @@ class Tuner:
     def should_stop(self) -> str | None:
         """Why the session must stop now, or None."""
         rule, n = self.stop, len(self.trials)
-        if rule.target is not None and self.best() is not None:
+        best = self.best()
+        if rule.target is not None and best is not None:
             obj = self.objectives[0]
-            if obj.better(self.best().values[obj.name], rule.target):
+            if obj.better(best.values[obj.name], rule.target):
                 return "target"
         if n >= rule.max_experiments:
             return "max-experiments"

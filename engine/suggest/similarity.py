@@ -198,6 +198,7 @@ def _read_cases(store: Store, causes: Iterable[str] | None) -> list[StoredCase]:
         g, case, label, cause, remedy, outcome, symptom, location, severity = (
             _value(row[col[v]]) for v in ("g", "case", "label", "cause", "remedy", "outcome", "symptom", "location",
                                           "severity"))
+        assert case is not None and severity is not None  # required patterns of cases_sparql bind them
         c = acc.get(case)
         if c is None:
             c = acc[case] = {"graphs": set(), "label": label, "cause": cause, "remedies": set(),

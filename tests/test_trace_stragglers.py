@@ -109,7 +109,12 @@ def test_shifting_slowest_rank_is_compute_imbalance_not_a_slow_rank(tmp_path, th
     d = run_and_diagnose(tmp_path / "se", th, _ranks(compute), meta={"parallel": {"tp": 1, "pp": 2, "dp": 4}})
     assert {"ComputeImbalance", "SlowPipelineStage"} <= symptoms(d)
     r = _top(model, th, d)
-    assert r.hypotheses and r.hypotheses[0].cause == "SequenceLengthImbalance"
+    # named, or (with the compute-jitter leak the CPU DDP controls calibrate, cases/thresholds/leaks.ttl) left
+    # undetermined with it leading: never another cause named
+    if r.hypotheses:
+        assert r.hypotheses[0].cause == "SequenceLengthImbalance"
+    else:
+        assert r.undetermined is not None and r.undetermined.candidates[0][0] == "SequenceLengthImbalance"
 
 
 def test_one_step_of_two_ranks_is_at_most_suspected_and_weighs_less(tmp_path, th):

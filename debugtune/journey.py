@@ -103,10 +103,10 @@ def suggestions_step(store: Store, run_id: str, run_trial: RunTrial | None, top:
     signature = run_signature(store, run_id)
     cases = {c.case: c for c in stored_cases(store)}
     rank = {s.remedy: i + 1 for i, s in enumerate(ranked)}
-    out = []
+    out: list[dict[str, Any]] = []
     for a in judged:
         s = a.suggestion
-        if a.applicable and sum(1 for x in out if x["applicable"]) >= top:
+        if a.applicable and sum(x["applicable"] for x in out) >= top:
             continue
         rests = [{"case": local_name(c), "label": cases[c].label, "outcome": cases[c].outcome,
                   "similarity": round(normalised_similarity(signature, cases[c].signature), 3)}
@@ -163,6 +163,10 @@ def baselines_for(store: Store, run_id: str, run_trial: RunTrial, parameters: An
                   arms: tuple[str, ...] = ("random", "manual", "manual_without_diagnosis")) -> dict[str, Any]:
     """Experiments to the target on the same checkpoint: random search over the tuned remedy, the remedy's
     one-parameter-at-a-time grid, and the grid of a person who sees the symptoms but not the cause."""
+    if run_trial.target is None:
+        raise ValueError(f"the baselines count experiments to a target; the trial of {run_id} states none "
+                         "(run.json trial.target)")
+    target = run_trial.target
     objective = Objective.parse(run_trial.objectives[0])
     trial = run_trial.load()
 
@@ -172,18 +176,18 @@ def baselines_for(store: Store, run_id: str, run_trial: RunTrial, parameters: An
     out: dict[str, Any] = {}
     if "random" in arms:
         spec = TuneSpec(top_suggestion=True, strategy="random", max_experiments=BASELINE_CAP, seed=seed,
-                        executor="inline", record=False, objectives=(objective,), target=run_trial.target,
+                        executor="inline", record=False, objectives=(objective,), target=target,
                         settable=run_trial.parameters, checkpoint=run_trial.checkpoint)
         res = auto_tune(store, run_id, trial, spec)
-        out["random"] = {"experiments": res.result.experiments_to_target(run_trial.target),
+        out["random"] = {"experiments": res.result.experiments_to_target(target),
                          "tried": len(res.result.trials), "cost_card_hours": res.result.spent}
     if "manual" in arms:
         out["manual"] = experiments_to_target(call, remedy_grid(parameters)[:BASELINE_CAP], objective,
-                                              run_trial.target).as_dict()
+                                              target).as_dict()
     if "manual_without_diagnosis" in arms:
         grid = symptom_grid(symptom_parameters(store, run_id, run_trial.parameters), seed)
         out["manual_without_diagnosis"] = experiments_to_target(call, grid[:BASELINE_CAP], objective,
-                                                                run_trial.target).as_dict()
+                                                                target).as_dict()
     return out
 
 

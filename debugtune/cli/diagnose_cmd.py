@@ -78,16 +78,15 @@ def _where(report: DiagnosisReport) -> str:
 
 
 def _run_diagnosis(run: str, store: str | None, dims: list[str] | None, json_out: bool,
-                   hardware: dict[str, str | None] | None = None) -> DiagnosisReport:
+                   device: str | None = None, interconnect: str | None = None) -> DiagnosisReport:
     from debugtune.api import diagnose
 
-    hw = hardware or {}
     with session_store(store) as st:
         if json_out:
-            return diagnose(run, store=st, dimensions=dims, **hw)
+            return diagnose(run, store=st, dimensions=dims, device=device, interconnect=interconnect)
         with console.status("diagnosing …") as status:
             return diagnose(run, store=st, dimensions=dims, progress=lambda stage: status.update(f"{stage} …"),
-                            **hw)
+                            device=device, interconnect=interconnect)
 
 
 @debug_app.command("diagnose")
@@ -106,7 +105,7 @@ def diagnose_command(
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
                               ("convergence", convergence)) if on]
-    report = _run_diagnosis(run, store, picked or None, json_out, {"device": device, "interconnect": interconnect})
+    report = _run_diagnosis(run, store, picked or None, json_out, device, interconnect)
     if json_out:
         emit_json(report.as_dict())
         return

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 try:
     from lightning.pytorch import Callback
     from lightning.pytorch import __version__ as _VERSION
-except ModuleNotFoundError:  # the standalone package of the same code
-    from pytorch_lightning import Callback  # type: ignore[no-redef]
-    from pytorch_lightning import __version__ as _VERSION  # type: ignore[no-redef]
+except ModuleNotFoundError:  # the standalone package of the same code (its types differ where both are installed)
+    from pytorch_lightning import Callback  # type: ignore[assignment,no-redef,unused-ignore]
+    from pytorch_lightning import __version__ as _VERSION  # type: ignore[no-redef,unused-ignore]
 
 from debugtune.integrations.session import Routers, SessionCallback, module_size, scalar, unwrap_optimizer
 

@@ -81,7 +81,7 @@ class ProbeSession:
             return self.probe  # type: ignore[return-value]
         self._optimizer = unwrap_optimizer(optimizer)
         routers = [] if self.routers is False else find_routers(model) if self.routers is True else \
-            named_routers(model, self.routers)  # type: ignore[arg-type]
+            named_routers(model, self.routers)
         self.probe = attach(model, self._optimizer, self.run_dir, run_id=self.run_id, rank=rank,
                             **self.attach_options)
         for r in routers:

@@ -16,9 +16,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from debugtune.kg.knowledge import Thresholds
 
 PROBE_EVERY = 1
 
@@ -75,7 +78,7 @@ def probe_session(model: Any, optimizer: Any, run_dir: str | Path | None, enable
 
 
 @lru_cache(maxsize=1)
-def knowledge_thresholds() -> dict[str, float]:
+def knowledge_thresholds() -> Thresholds:
     """The knowledge base's thresholds, loaded once per process (the probe would load them at every attach)."""
     from debugtune.kg.knowledge import load_knowledge, thresholds
     from debugtune.kg.open import open_store

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from debugtune.scenarios.common import (
     seed_everything,
     window_mean,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 PORT_ATTEMPTS = 3
 
@@ -71,6 +75,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _grad(p: torch.Tensor) -> torch.Tensor:
+    """A parameter's gradient after the backward pass (every parameter of the DDP MLP has one)."""
+    if p.grad is None:
+        raise RuntimeError("a parameter has no gradient after backward")
+    return p.grad
+
+
 def _rank_main(rank: int, cfg: DDPConfig, port: int, run_dir: str | None, probe: bool, out_dir: str,
                run_id: str | None) -> None:
     import torch
@@ -108,13 +119,14 @@ def _rank_main(rank: int, cfg: DDPConfig, port: int, run_dir: str | None, probe:
                 if faulty and rank == cfg.straggler_rank and cfg.straggler_ms > 0:
                     time.sleep(cfg.straggler_ms / 1e3)
                 compute_ms = timer.lap()
-                flat = torch.cat([p.grad.reshape(-1) for p in params])
+                grads = [_grad(p) for p in params]
+                flat = torch.cat([g.reshape(-1) for g in grads])
                 dist.all_reduce(flat)
                 flat /= cfg.world_size
                 offset = 0
-                for p in params:
-                    n = p.numel()
-                    p.grad.copy_(flat[offset: offset + n].view_as(p))
+                for g in grads:
+                    n = g.numel()
+                    g.copy_(flat[offset: offset + n].view_as(g))
                     offset += n
                 comm_ms = timer.lap()
                 value = float(loss.detach())
@@ -124,7 +136,8 @@ def _rank_main(rank: int, cfg: DDPConfig, port: int, run_dir: str | None, probe:
                 step_ms = data_ms + compute_ms + comm_ms + timer.lap()
                 for k, v in zip(rows, (value, step_ms, data_ms, compute_ms, comm_ms), strict=True):
                     rows[k].append(v)
-        np.savez(Path(out_dir) / f"rank{rank}.npz", **{k: np.array(v) for k, v in rows.items()})
+        arrays: dict[str, Any] = {k: np.array(v) for k, v in rows.items()}
+        np.savez(Path(out_dir) / f"rank{rank}.npz", **arrays)
     finally:
         dist.destroy_process_group()
 

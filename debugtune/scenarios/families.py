@@ -9,7 +9,6 @@ loss and the optimizer style, and differ from the other families in what shapes 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -20,7 +19,7 @@ from torch import nn
 
 from debugtune.scenarios.config import TrainConfig
 from debugtune.scenarios.models import MLP, Autoencoder, HarnessModel, ResidualMLP, SmallCNN
-from debugtune.scenarios.moe import MoEConfig, SequenceModelConfig, expert_balance
+from debugtune.scenarios.moe import MoEConfig, MoELM, SequenceModelConfig, expert_balance, router_grad_norm
 from debugtune.scenarios.sequence_models import (
     DecoderLM,
     EncoderClassifier,
@@ -72,6 +71,13 @@ def moe_config(cfg: TrainConfig) -> MoEConfig:
     return MoEConfig(**{f.name: getattr(cfg, f.name) for f in fields(SequenceModelConfig)})
 
 
+def _routed(model: nn.Module) -> MoELM:
+    """The model of an MoE family, typed (every MoE family builds an `MoELM`)."""
+    if not isinstance(model, MoELM):
+        raise TypeError(f"an MoE family's model must be an MoELM, not {type(model).__name__}")
+    return model
+
+
 @dataclass(frozen=True)
 class MoEFamily(Family):
     """A family with routed experts: the Switch balancing loss and router z-loss as extra terms, tokens per
@@ -79,23 +85,22 @@ class MoEFamily(Family):
 
     def watch(self, probe: Any, model: nn.Module, cfg: TrainConfig) -> None:
         if probe is not None:
-            for name, router in model.routers():
+            for name, router in _routed(model).routers():
                 probe.watch_router(router, cfg.num_experts, cfg.top_k, name=name)
 
     def terms(self, model: nn.Module, cfg: TrainConfig, acc: dict[str, Any]) -> list[torch.Tensor]:
-        layers = model.moe_layers()
-        lb = torch.stack([m.stats.lb_loss for m in layers]).mean()
-        zl = torch.stack([m.stats.z_loss for m in layers]).mean()
-        acc["tokens"] = acc.get("tokens", 0) + np.sum([m.stats.tokens for m in layers], axis=0)
-        acc["dropped"] = acc.get("dropped", 0) + sum(m.stats.dropped for m in layers)
+        stats = [m.routed() for m in _routed(model).moe_layers()]
+        lb = torch.stack([st.lb_loss for st in stats]).mean()
+        zl = torch.stack([st.z_loss for st in stats]).mean()
+        acc["tokens"] = acc.get("tokens", 0) + np.sum([st.tokens for st in stats], axis=0)
+        acc["dropped"] = acc.get("dropped", 0) + int(np.sum([st.dropped for st in stats]))
         acc["micro"] = acc.get("micro", 0) + 1
         acc["lb"] = acc.get("lb", 0.0) + float(lb.detach())
         acc["zl"] = acc.get("zl", 0.0) + float(zl.detach())
         return [cfg.aux_loss_coeff * lb, cfg.z_loss_coeff * zl]
 
     def after_backward(self, model: nn.Module, cfg: TrainConfig, acc: dict[str, Any]) -> None:
-        acc["router_grad"] = math.sqrt(sum(float(r.gate.weight.grad.pow(2).sum()) for _, r in model.routers()
-                                           if r.gate.weight.grad is not None))
+        acc["router_grad"] = router_grad_norm(_routed(model))
 
     def record(self, cfg: TrainConfig, acc: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
         n = acc["micro"]

@@ -238,7 +238,8 @@ def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path
                 clipped += step < max(1, cfg.steps // 10) and norm > cfg.grad_clip
             else:
                 norm = _global_norm(model)
-            accuracy = None if hits[0] is None else float(np.mean(hits))
+            scored = [h for h in hits if h is not None]
+            accuracy = float(np.mean(scored)) if scored else None
             logged, extra = family.record(cfg, acc)
             metrics: dict[str, float | None] = {"loss": value, "lr": lr, "accuracy": accuracy, "grad_norm": norm,
                                                 **logged}

@@ -55,9 +55,9 @@ def init_weights(model: HarnessModel, scale: float, hidden_bias: float) -> None:
     hidden = {id(m) for m in model.hidden_layers()}
     with torch.no_grad():
         for m in model.weight_layers():
-            fan_in = m.weight[0].numel()
-            m.weight.normal_(0.0, scale * math.sqrt(2.0 / fan_in))
-            m.bias.fill_(hidden_bias if id(m) in hidden else 0.0)
+            weight = m.get_parameter("weight")
+            weight.normal_(0.0, scale * math.sqrt(2.0 / weight[0].numel()))
+            m.get_parameter("bias").fill_(hidden_bias if id(m) in hidden else 0.0)
 
 
 def scale_weights(model: HarnessModel, scale: float, hidden_bias: float) -> None:
@@ -73,7 +73,7 @@ def scale_weights(model: HarnessModel, scale: float, hidden_bias: float) -> None
                         p.mul_(scale)
         if hidden_bias != 0.0:
             for m in model.hidden_layers():
-                m.bias.fill_(hidden_bias)
+                m.get_parameter("bias").fill_(hidden_bias)
 
 
 class MLP(HarnessModel):

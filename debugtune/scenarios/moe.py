@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -154,6 +154,12 @@ class MoELayer(nn.Module):
         self.stats = RoutingStats(tokens, dropped, lb, zl)
         return out.reshape(shape)
 
+    def routed(self) -> RoutingStats:
+        """The statistics of the last forward pass (an error before the first one)."""
+        if self.stats is None:
+            raise RuntimeError("MoELayer.routed() before any forward pass")
+        return self.stats
+
 
 class Block(nn.Module):
     def __init__(self, cfg: MoEConfig):
@@ -170,6 +176,8 @@ class Block(nn.Module):
 
 
 class MoELM(nn.Module):
+    mask: torch.Tensor  # the causal mask, a registered buffer
+
     def __init__(self, cfg: MoEConfig):
         super().__init__()
         self.embed = nn.Embedding(cfg.vocab, cfg.d_model)
@@ -188,10 +196,10 @@ class MoELM(nn.Module):
         return self.head(self.ln(x))
 
     def moe_layers(self) -> list[MoELayer]:
-        return [b.moe for b in self.blocks]
+        return [cast(Block, b).moe for b in self.blocks]
 
     def routers(self) -> list[tuple[str, Router]]:
-        return [(f"blocks.{i}.moe.router", b.moe.router) for i, b in enumerate(self.blocks)]
+        return [(f"blocks.{i}.moe.router", m.router) for i, m in enumerate(self.moe_layers())]
 
 
 @dataclass
@@ -254,6 +262,12 @@ def build_moe(cfg: MoEConfig) -> MoEJob:
     return MoEJob(cfg, model, optimizer, scheduler, sampler)
 
 
+def router_grad_norm(model: MoELM) -> float:
+    """The L2 norm of the routers' gate gradients after a backward pass (0 when none has a gradient yet)."""
+    squares = [float(g.pow(2).sum()) for _, r in model.routers() if (g := r.gate.weight.grad) is not None]
+    return math.sqrt(sum(squares, 0.0))
+
+
 def train_step(job: MoEJob) -> dict[str, Any]:
     """One optimizer step; returns loss (LM), aux/z losses, tokens per expert, dropped fraction, router grad."""
     cfg, model = job.cfg, job.model
@@ -262,25 +276,26 @@ def train_step(job: MoEJob) -> dict[str, Any]:
     logits = model(torch.from_numpy(x))
     lm = F.cross_entropy(logits.reshape(-1, cfg.vocab), torch.from_numpy(y).reshape(-1))
     layers = model.moe_layers()
-    lb = torch.stack([m.stats.lb_loss for m in layers]).mean()
-    zl = torch.stack([m.stats.z_loss for m in layers]).mean()
+    stats = [m.routed() for m in layers]
+    lb = torch.stack([st.lb_loss for st in stats]).mean()
+    zl = torch.stack([st.z_loss for st in stats]).mean()
     loss = lm + cfg.aux_loss_coeff * lb + cfg.z_loss_coeff * zl
     job.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    router_grad = math.sqrt(sum(float(r.gate.weight.grad.pow(2).sum()) for _, r in model.routers()
-                                if r.gate.weight.grad is not None))
+    router_grad = router_grad_norm(model)
     if cfg.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     lr = job.optimizer.param_groups[0]["lr"]
     job.optimizer.step()
     if job.scheduler is not None:
         job.scheduler.step()
-    tokens = np.sum([m.stats.tokens for m in layers], axis=0)
+    tokens = np.sum([st.tokens for st in stats], axis=0)
     assigned = x.size * cfg.top_k * len(layers)
-    lm, lb, zl = float(lm.detach()), float(lb.detach()), float(zl.detach())
-    dropped = sum(m.stats.dropped for m in layers) / assigned
-    out = {"loss": lm, "aux_loss": cfg.aux_loss_coeff * lb, "lb_loss": lb, "z_loss": cfg.z_loss_coeff * zl, "lr": lr,
-           "tokens_per_expert": tokens, "dropped_frac": dropped, "router_grad_norm": router_grad, "step": job.step}
+    lm_v, lb_v, zl_v = float(lm.detach()), float(lb.detach()), float(zl.detach())
+    dropped = int(np.sum([st.dropped for st in stats])) / assigned
+    out = {"loss": lm_v, "aux_loss": cfg.aux_loss_coeff * lb_v, "lb_loss": lb_v, "z_loss": cfg.z_loss_coeff * zl_v,
+           "lr": lr, "tokens_per_expert": tokens, "dropped_frac": dropped, "router_grad_norm": router_grad,
+           "step": job.step}
     job.step += 1
     return out
 

@@ -45,7 +45,7 @@ def _from_moe(moe: MoEConfig, **recipe: Any) -> TrainConfig:
     return TrainConfig(**{**{k: getattr(moe, k) for k in shared}, **recipe})
 
 
-_SEQ = {"functional": True, "watch_activations": False}
+_SEQ: dict[str, Any] = {"functional": True, "watch_activations": False}
 
 PROGRAMS: dict[str, Program] = {p.name: p for p in (
     Program("digits_mlp", "mlp", "harness", TrainConfig(task="digits", width=64, lr=0.02),

@@ -66,11 +66,11 @@ class TransformerModel(HarnessModel):
     head: nn.Module
 
     def weight_layers(self) -> list[nn.Module]:
-        inner = [m for b in self.blocks for m in (b.attn, b.ff1, b.ff2)]
+        inner = [b.get_submodule(name) for b in self.blocks for name in ("attn", "ff1", "ff2")]
         return [self.embed, *inner, self.head]
 
     def hidden_layers(self) -> list[nn.Module]:
-        return [b.ff1 for b in self.blocks]
+        return [b.get_submodule("ff1") for b in self.blocks]
 
 
 class EncoderClassifier(TransformerModel):
@@ -112,6 +112,8 @@ class DecoderBlock(nn.Module):
 class DecoderLM(TransformerModel):
     """A dense decoder-only LM: embeddings, ``layers`` pre-norm causal blocks, a final LayerNorm, the head."""
 
+    mask: torch.Tensor  # the causal mask, a registered buffer
+
     def __init__(self, vocab: int, seq_len: int, d_model: int, heads: int, d_ff: int, layers: int, act: str):
         super().__init__()
         self.act_name = act
@@ -132,7 +134,8 @@ class DecoderLM(TransformerModel):
 
 
 def _moe_weight_layers(embed: nn.Module, blocks: nn.ModuleList, head: nn.Module) -> list[nn.Module]:
-    inner = [m for b in blocks for m in (b.attn, b.moe.router.gate, *b.moe.experts)]
+    inner = [m for b in blocks for m in (b.get_submodule("attn"), b.get_submodule("moe.router.gate"),
+                                         *b.get_submodule("moe.experts").children())]
     return [embed, *inner, head]
 
 

@@ -1,5 +1,6 @@
-"""The model's weight layers and their scale at attach (``init_weight_std``, ``init_gain``), and the class of
-every parameter-owning module (run.json ``probe.layer_kinds``).
+"""The model's weight layers and their scale at attach (``init_weight_std``, ``init_gain``), the class of
+every parameter-owning module (run.json ``probe.layer_kinds``), and the modules that compute differently in
+training and evaluation mode (run.json ``probe.mode_dependent``).
 
 A weight layer is a module holding a parameter of two or more dimensions named ``weight`` (or ``weight_*`` /
 ``*_weight``: recurrent modules' ``weight_ih_l0`` / ``weight_hh_l0``, attention's ``in_proj_weight``), that is
@@ -47,6 +48,26 @@ def layer_kinds(model: Any, layer_names: Any) -> dict[str, str]:
     """Layer entity → class name of the module that owns its parameters (the root's class for root parameters)."""
     modules = dict(model.named_modules())
     return {str(n): type(modules.get(str(n), model)).__name__ for n in layer_names}
+
+
+_DROPOUTS = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout")
+
+
+def mode_dependent(model: Any) -> dict[str, int]:
+    """How many modules make a training-mode forward differ from an evaluation-mode one: dropout of p > 0 (the
+    dropout modules, attention's and stacked recurrent layers' own ``dropout``) and batch norm that keeps running
+    statistics. With any of them a training loss above the held-out loss is the regulariser's as much as the
+    labels'; dropout applied functionally in ``forward`` is not seen."""
+    counts = {"dropout": 0, "batch_norm": 0}
+    for m in model.modules():
+        kind = type(m).__name__
+        p = getattr(m, "p" if kind in _DROPOUTS else "dropout", 0.0)
+        if kind in _DROPOUTS or kind == "MultiheadAttention" or (
+                kind in ("RNN", "LSTM", "GRU") and getattr(m, "num_layers", 1) > 1):
+            counts["dropout"] += isinstance(p, int | float) and p > 0
+        elif kind.startswith("BatchNorm") and getattr(m, "track_running_stats", False):
+            counts["batch_norm"] += 1
+    return counts
 
 
 def init_scale(module: Any) -> tuple[float, float] | None:

@@ -427,13 +427,8 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
 
 
 def overfitting(ctx: Context, data: ConvergenceData, out: Emit) -> None:
-    th, view, curve = ctx.th, ctx.view, data.curve
-    es, ev = view.series("eval_loss")
-    ok = np.isfinite(ev)
-    es, ev = es[ok], ev[ok]
-    if es.size < th.as_int("convergence.overfit.min_evals"):
-        raise NotJudged(f"{es.size} evaluations recorded, at least {th.as_int('convergence.overfit.min_evals')} "
-                        "are needed")
+    th, curve = ctx.th, data.curve
+    es, ev = _evaluations(ctx, "eval_loss")
     best = int(np.argmin(ev))
     rise = (ev[-1] - ev[best]) / max(abs(ev[best]), 1e-12)
     train_at = np.interp(es, curve.steps, smooth(curve.loss, max(3, curve.n // 20)))
@@ -450,6 +445,39 @@ def overfitting(ctx: Context, data: ConvergenceData, out: Emit) -> None:
                                               >= th["convergence.overfit.rise"]))), (es, ev))
 
 
+def _evaluations(ctx: Context, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The finite evaluations of ``name``; NotJudged when there are fewer than the held-out checks need."""
+    es, ev = ctx.view.series(name)
+    ok = np.isfinite(ev)
+    es, ev = es[ok], ev[ok]
+    need = ctx.th.as_int("convergence.overfit.min_evals")
+    if es.size < need:
+        raise NotJudged(f"{es.size} evaluations recorded, at least {need} are needed")
+    return es, ev
+
+
+def _lasting_gap(ctx: Context, curve: LossCurve, es: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, float, float]:
+    """Over the evaluations after the early transient (none judged: NotJudged): which they are, the mean gap and
+    its one-sample t-statistic (``convergence.val_gap.z`` asks for a lasting gap, not a few evaluations)."""
+    judged = (es >= curve.steps[curve.judge_from]) & np.isfinite(gap)
+    if judged.sum() < ctx.th.as_int("convergence.overfit.min_evals"):
+        raise NotJudged(f"{int(judged.sum())} evaluations after the early transient")
+    g = gap[judged]
+    level = float(np.mean(g))
+    spread = float(np.std(g, ddof=1))
+    t = level / (spread / np.sqrt(g.size)) if spread > 0 else (np.inf if level > 0 else 0.0)
+    return judged, level, t
+
+
+def _emit_gap(ctx: Context, out: Emit, es: np.ndarray, gap: np.ndarray, judged: np.ndarray, level: float,
+              evidence: dict[str, float], detector: str) -> None:
+    limit = ctx.th["convergence.val_gap.min"]
+    onset = first_run((gap >= limit) & judged, 2)
+    onset = int(np.argmax(judged)) if onset is None else onset
+    out.add(make_finding("ValidationAboveTraining", DIM, "", es, onset, es.size - 1, severity(level, limit, 0.5),
+                         evidence, detector, onset), (es, gap))
+
+
 def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """Held-out accuracy above training accuracy (UMLAUT's check): the training labels or inputs are harder
     than the held-out ones — noisy or corrupted labels, or train-only augmentation and regularisation.
@@ -459,35 +487,65 @@ def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) ->
     must be above chance by the same minimum (a model that learned nothing predicts the majority class, whose
     share may differ between the splits)."""
     th, view, curve = ctx.th, ctx.view, data.curve
-    es, ev = view.series("eval_accuracy")
-    ok = np.isfinite(ev)
-    es, ev = es[ok], ev[ok]
-    if es.size < th.as_int("convergence.overfit.min_evals"):
-        raise NotJudged(f"{es.size} evaluations recorded, at least {th.as_int('convergence.overfit.min_evals')} "
-                        "are needed")
+    es, ev = _evaluations(ctx, "eval_accuracy")
     ts, acc = view.series("accuracy")
     w = max(3, int(curve.n * th["convergence.window_frac"]))
     train_at = np.interp(es, ts, smooth(ffill(acc), w))
     gap = ev - train_at
     limit = th["convergence.val_gap.min"]
-    judged = es >= curve.steps[curve.judge_from]
-    if judged.sum() < th.as_int("convergence.overfit.min_evals"):
+    try:
+        judged, level, t = _lasting_gap(ctx, curve, es, gap)
+    except NotJudged:
         return
-    g = gap[judged]
-    level = float(np.mean(g))
-    spread = float(np.std(g, ddof=1))
-    t = level / (spread / np.sqrt(g.size)) if spread > 0 else (np.inf if level > 0 else 0.0)
     chance = 1.0 / _classes(curve)
     if level < limit or t < th["convergence.val_gap.z"] or float(np.mean(ev[judged])) < chance + limit:
         return
-    mask = (gap >= limit) & judged
-    onset = first_run(mask, 2)
-    onset = int(np.argmax(judged)) if onset is None else onset
-    out.add(make_finding(
-        "ValidationAboveTraining", DIM, "", es, onset, es.size - 1, severity(level, limit, 0.5),
-        {"gap": level, "t_statistic": float(min(t, 1e3)), "eval_accuracy": float(ev[-1]),
-         "train_accuracy": float(train_at[-1]), "chance_accuracy": chance},
-        "convergence.val_gap", onset), (es, gap))
+    _emit_gap(ctx, out, es, gap, judged, level,
+              {"gap": level, "t_statistic": float(min(t, 1e3)), "eval_accuracy": float(ev[-1]),
+               "train_accuracy": float(train_at[-1]), "chance_accuracy": chance}, "convergence.val_gap")
+
+
+def validation_loss_below_training(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    """ValidationAboveTraining read from the losses, for runs that log no training accuracy (language models,
+    regression, most Trainer logs).
+
+    With a share f of the training targets replaced uniformly over K classes, the training loss exceeds the
+    held-out loss by at least f·(ln K − held-out loss): the mean of −log q over the K classes is at least ln K
+    (Jensen). With L0 the untrained loss of the first steps (ln K at chance), g = (training − held-out) /
+    (L0 − held-out) is thus a lower bound of f, as the accuracy gap over (accuracy − chance) is; the same
+    minimum and significance apply (``convergence.val_gap.*``), and the held-out loss must have fallen below L0
+    by that share (a model that learned nothing has no gap to read). Not judged when the model has dropout or
+    batch norm (its training-mode loss is above the evaluation-mode loss whatever the labels) or when the run
+    does not record whether it has."""
+    th, view, curve = ctx.th, ctx.view, data.curve
+    if np.isfinite(view.series("accuracy")[1]).any() and np.isfinite(view.series("eval_accuracy")[1]).any():
+        raise NotJudged("judged on the accuracies (convergence.val_gap)")
+    modes = (ctx.meta.get("probe") or {}).get("mode_dependent")
+    if not isinstance(modes, dict):
+        raise NotJudged("the run does not record whether the model has dropout or batch norm (the probe records "
+                        "it at attach)")
+    if modes.get("dropout") or modes.get("batch_norm"):
+        raise NotJudged(f"the model has {modes.get('dropout', 0)} dropout and {modes.get('batch_norm', 0)} "
+                        "batch-norm modules: its training-mode loss is above its held-out loss whatever the labels "
+                        "(a training loss measured in evaluation mode would decide)")
+    es, ev = _evaluations(ctx, "eval_loss")
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    train_at = np.interp(es, curve.steps, smooth(ffill(curve.loss), w))
+    start = float(np.median(curve.loss[: min(3, curve.n)]))
+    learned = start - ev
+    gap = np.where(learned > 0, (train_at - ev) / np.where(learned > 0, learned, 1.0), np.nan)
+    limit = th["convergence.val_gap.min"]
+    try:
+        judged, level, t = _lasting_gap(ctx, curve, es, gap)
+    except NotJudged:
+        return
+    learned_share = float(np.mean(learned[judged])) / max(abs(start), 1e-12)
+    if level < limit or t < th["convergence.val_gap.z"] or learned_share < limit:
+        return
+    _emit_gap(ctx, out, es, gap, judged, level,
+              {"gap": level, "t_statistic": float(min(t, 1e3)), "eval_loss": float(ev[-1]),
+               "train_loss": float(train_at[-1]), "untrained_loss": start, "learned_share": learned_share},
+              "convergence.val_loss_gap")
 
 
 def _classes(curve: LossCurve) -> float:

@@ -35,6 +35,13 @@ def _early(ctx: Context, metric: str, entity: str = "") -> tuple[np.ndarray, np.
     return steps[:k], values[:k]
 
 
+def _early_rms(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Steps, std and mean of the model's input over the first part of the run, and its median RMS."""
+    steps, std = _early(ctx, "input_std")
+    mean = np.interp(steps, *ctx.view.series("input_mean")) if ctx.view.has("input_mean") else np.zeros(steps.size)
+    return steps, std, mean, float(np.nanmedian(np.sqrt(mean ** 2 + std ** 2)))
+
+
 def input_scale(ctx: Context, data: object, out: Emit) -> None:
     """The model's floating input is far from unit scale, or its features lie on very different scales.
 
@@ -42,9 +49,7 @@ def input_scale(ctx: Context, data: object, out: Emit) -> None:
     fan-in-scaled initialisation a unit's pre-activation then has unit scale. The input's RMS (√(mean² + std²))
     is judged over the first part of the run, so one bad batch is not a set-up problem."""
     th = ctx.th
-    steps, std = _early(ctx, "input_std")
-    mean = np.interp(steps, *ctx.view.series("input_mean")) if ctx.view.has("input_mean") else np.zeros(steps.size)
-    rms = float(np.nanmedian(np.sqrt(mean ** 2 + std ** 2)))
+    steps, std, mean, rms = _early_rms(ctx)
     ratio = float(np.nanmedian(_early(ctx, "input_feature_scale_ratio")[1])) \
         if ctx.view.has("input_feature_scale_ratio") else float("nan")
     rms_max, ratio_max = th["input.scale.rms_max"], th["input.scale.feature_ratio_max"]
@@ -97,8 +102,16 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
     small for the signal to propagate through the layers (Glorot & Bengio 2010; He et al. 2015: each layer scales
     the signal's variance by fan_in·Var(W) times the activation's gain, so a scale far below the fan-in
     expectation shrinks it geometrically with depth). When the hidden layers' inputs are already dead at the
-    first step (ReLUs that never fire), the signal did not shrink but stopped: that is DeadUnits' finding."""
+    first step (ReLUs that never fire), the signal did not shrink but stopped: that is DeadUnits' finding.
+
+    Not judged when the input's RMS is itself above ``input.scale.rms_max`` (InputScaleAbnormal's rule): a
+    normalisation layer or saturating gates bound the output whatever the input's scale, so the output over
+    an input of RMS 1,000 is small with any weights, and the ratio speaks of the input, not of the layers."""
     th = ctx.th
+    rms_in = _early_rms(ctx)[3]
+    if rms_in >= th["input.scale.rms_max"]:
+        raise NotJudged(f"the input's RMS is {rms_in:.3g}, above input.scale.rms_max "
+                        f"({th['input.scale.rms_max']:g}): the end-to-end gain would measure the input's scale")
     if ctx.view.has("act_in_dead_frac"):
         dead = ctx.view.by_entity("act_in_dead_frac")
         first_layer = layer_order(ctx.view, [str(x) for x in dead.labels if x])[:1]

@@ -22,6 +22,11 @@ _BOOL, _INT, _DOUBLE = (ox.NamedNode(XSD + t) for t in ("boolean", "integer", "d
 
 def literal(value: Any) -> ox.Literal | None:
     """An RDF literal for a setting value (bool, int, float or text); None for other values."""
+    return typed_literal(value) if isinstance(value, bool | int | float | str) else None
+
+
+def typed_literal(value: bool | int | float | str) -> ox.Literal:
+    """The literal of a flag, number or text, typed as the rules compare it."""
     if isinstance(value, bool):
         return ox.Literal("true" if value else "false", datatype=_BOOL)
     if isinstance(value, int):
@@ -32,9 +37,7 @@ def literal(value: Any) -> ox.Literal | None:
         if math.isinf(value):
             return ox.Literal("INF" if value > 0 else "-INF", datatype=_DOUBLE)
         return ox.Literal(repr(value), datatype=_DOUBLE)
-    if isinstance(value, str):
-        return ox.Literal(value)
-    return None
+    return ox.Literal(value)
 
 
 def config_triples(checked: CheckedConfig, node: str, framework: str, version: str | None) -> list[ox.Triple]:
@@ -48,7 +51,8 @@ def config_triples(checked: CheckedConfig, node: str, framework: str, version: s
     if checked.doc.entry_point:
         out.append(ox.Triple(c, ox.NamedNode(DT + "entryPoint"), ox.Literal(checked.doc.entry_point)))
     if checked.entry_point is not None:
-        out.append(ox.Triple(c, ox.NamedNode(DT + "entryPointExtendsParser"), literal(checked.entry_point.extends)))
+        extends = typed_literal(checked.entry_point.extends)
+        out.append(ox.Triple(c, ox.NamedNode(DT + "entryPointExtendsParser"), extends))
     mode = checked.doc.mode or (checked.entry_point.mode if checked.entry_point is not None else None)
     if mode:
         out.append(ox.Triple(c, ox.NamedNode(DT + "launchMode"), ox.Literal(mode)))
@@ -76,9 +80,9 @@ def _value_triples(c: ox.NamedNode, key: str, value: Any) -> list[ox.Triple]:
     p = ox.NamedNode(CFG + key)
     out = [ox.Triple(c, p, lit) for lit in map(literal, items) if lit is not None]
     if isinstance(value, list):
-        out.append(ox.Triple(c, ox.NamedNode(CFG + key + ".length"), literal(len(value))))
+        out.append(ox.Triple(c, ox.NamedNode(CFG + key + ".length"), typed_literal(len(value))))
         if value and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
-            out.append(ox.Triple(c, ox.NamedNode(CFG + key + ".product"), literal(math.prod(value))))
+            out.append(ox.Triple(c, ox.NamedNode(CFG + key + ".product"), typed_literal(math.prod(value))))
     return out
 
 

@@ -242,7 +242,7 @@ class KeyRegistry:
         rows = store.select("SELECT ?k ?p ?o WHERE { ?k a dt:ConfigKey ; ?p ?o }")
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
-            props[k.value][p.value].append(to_python(o))
+            props[to_python(k)][to_python(p)].append(to_python(o))
         eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
             ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
             OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } }

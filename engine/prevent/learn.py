@@ -152,8 +152,8 @@ def _changes(store: Store, cause: str, remedy: str | None) -> list[Change]:
 def _templates(store: Store) -> list[Template]:
     rows = store.select("SELECT ?t ?p ?o WHERE { ?t a dt:RuleTemplate ; ?p ?o }")
     props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-    for t, p, o in rows.rows:
-        props[t.value][p.value].append(to_python(o))
+    for t_, p_, o in rows.rows:
+        props[to_python(t_)][to_python(p_)].append(to_python(o))
     out = []
     for t, p in sorted(props.items()):
         def one(name: str, ns: str = DT, p: dict[str, list[Any]] = p) -> str | None:

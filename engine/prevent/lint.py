@@ -17,6 +17,7 @@ from debugtune.engine.prevent.readers.dispatch import read_config
 from debugtune.engine.prevent.rules import DerivationRule, PreventionRule, load_derivations, load_rules
 from debugtune.engine.prevent.schema import CheckedConfig, check
 from debugtune.engine.prevent.unjudged import (
+    Derivation,
     Unjudged,
     derivation,
     given_keys,
@@ -138,7 +139,7 @@ class Linter:
         self.env_names = {n for t in texts for n in _ENV_REF.findall(t)} | set(registry.launch_variables)
         """Environment variables some rule or derivation reads, and the launchers' own: the ones a lint takes
         from the process environment (``launch_environment``)."""
-        self._derived = {d.framework: [] for d in self.derivations}
+        self._derived: dict[str, list[Derivation]] = {d.framework: [] for d in self.derivations}
         for d in self.derivations:
             self._derived[d.framework].append(derivation(d.update, d.derives))
 

@@ -60,7 +60,7 @@ def _by_subject(store: Store, cls: str) -> dict[str, dict[str, list[Any]]]:
     rows = store.select(f"SELECT ?s ?p ?o WHERE {{ ?s a {cls} ; ?p ?o }}")
     out: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for s, p, o in rows.rows:
-        values = out[s.value][p.value]
+        values = out[to_python(s)][to_python(p)]
         v = to_python(o)
         if v not in values:
             values.append(v)

@@ -117,7 +117,7 @@ def infer_version(doc: ConfigDoc, keys: FrameworkKeys) -> tuple[str, str] | None
     """For a configuration that names no release but uses keys the newest release no longer has: the newest
     release that accepts every key it sets, and why (None when the newest accepts them all, or when no
     release accepts them all — then the newest is linted and the removed keys are errors)."""
-    ranges = []
+    ranges: list[tuple[str, Version, Version | None]] = []
     for name in doc.settings:
         specs = [keys.keys[k] for k, _ in keys.candidates.get(doc.options.get(name, ""), [])] or \
             [s for s in [keys.lookup(name)] if s is not None]
@@ -128,7 +128,7 @@ def infer_version(doc: ConfigDoc, keys: FrameworkKeys) -> tuple[str, str] | None
         highs = [parse_version(s.max_version) for s in specs]
         high = None if any(h is None for h in highs) else max(h for h in highs if h is not None)
         ranges.append((name, low, high))
-    removed = [(n, h) for n, _, h in ranges if h is not None]
+    removed: list[tuple[str, Version]] = [(n, h) for n, _, h in ranges if h is not None]
     if not removed:
         return None
     low = max(lo for _, lo, _ in ranges)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import overload
 
 from debugtune.kg.namespaces import SPARQL_PREFIXES
 
@@ -59,5 +60,18 @@ def in_range(version: Version | None, low: str | None, high: str | None) -> bool
     return (lo is None or version >= lo) and (hi is None or version < hi)
 
 
+@overload
+def format_version(version: Version) -> str: ...
+
+
+@overload
+def format_version(version: None) -> None: ...
+
+
+@overload
+def format_version(version: Version | None) -> str | None: ...
+
+
 def format_version(version: Version | None) -> str | None:
+    """``(0, 12, 0)`` → ``"0.12.0"``; a version given is always a text (the overloads say so to callers)."""
     return None if version is None else ".".join(map(str, version))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
@@ -9,7 +10,7 @@ from debugtune.engine.prevent.readers.structured import flatten
 
 
 def read(data: dict[str, Any], lines: dict[str, int], path: str, env: dict[str, str], source_kind: str,
-         duplicates: list[KeyIssue] = ()) -> ConfigDoc:
+         duplicates: Sequence[KeyIssue] = ()) -> ConfigDoc:
     """``{"zero_optimization": {"stage": 3}}`` → ``zero_optimization.stage = 3``; duplicates kept as issues."""
     doc = ConfigDoc(path, "deepspeed", source_kind, env=dict(env))
     for key, value in flatten(data):

@@ -3,6 +3,7 @@ under ``model_config`` (keys become ``model.<name>``); a model ``config.json`` o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from debugtune.engine.prevent.document import ConfigDoc, KeyIssue
@@ -17,7 +18,7 @@ def is_model_config(data: dict[str, Any]) -> bool:
 
 
 def read(data: dict[str, Any], lines: dict[str, int], path: str, env: dict[str, str], source_kind: str,
-         duplicates: list[KeyIssue] = ()) -> ConfigDoc:
+         duplicates: Sequence[KeyIssue] = ()) -> ConfigDoc:
     doc = ConfigDoc(path, "hf", source_kind, env=dict(env))
     if is_model_config(data):
         data = {"model": data}

@@ -196,7 +196,8 @@ class Shell:
                 if j + 1 < len(words) and words[j].text.startswith("-") and "c" in words[j].text[1:]:
                     text = words[j + 1].text
                 elif j >= len(words) and st.docs:
-                    text = self._stdin(st).text if self._stdin(st) else None
+                    here = self._stdin(st)
+                    text = here.text if here else None
                 break
         if text is None and words and words[0].text in ("sbatch", "qsub", "bsub") and st.docs:
             item = self._stdin(st)

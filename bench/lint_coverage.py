@@ -206,6 +206,8 @@ def match(checks: list[Check], linter: object) -> None:
             verdict, text = decided
             if verdict == "rule":
                 c.rules, c.config_only = tuple(text.split(",")), True
+            elif verdict == "translate":  # a rule of the same keys tests something else: only one naming it
+                c.rules, c.config_only = tuple(sorted(encodes.get(c.id, []))), True
             else:
                 c.config_only, c.why_not, c.rules = False, text, ()
             c.note = "reviewed"

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import csv
 import itertools
 import json
+import math
 import re
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +39,7 @@ sys.path.insert(0, str(HERE.parent))
 from bench import lint_coverage  # noqa: E402
 
 OUT = HERE.parent / "cases" / "prevention" / "megatron-checks.ttl"
+MUTANTS = HERE / "lint_check_mutants.tsv"
 TAGS = ("core_v0.9.0", "core_v0.10.0", "core_v0.11.0", "core_v0.12.0", "core_v0.13.0", "core_v0.14.0",
         "core_v0.15.0", "core_v0.16.0", "core_v0.17.0", "core_v0.18.0", "core_v0.19.0")
 _PREFIX = {"arguments.py": "MEGA", "transformer_config.py": "MEGT", "model_parallel_config.py": "MEGM",
@@ -109,7 +113,28 @@ class Translator:
             return f'(BOUND({k.var}) && STR({k.var}) != "")'
         if isinstance(n, ast.Constant) and isinstance(n.value, bool):
             return "true" if n.value else "false"
+        if _call(n, "bool", 1):
+            return self.sparql(n.args[0])
+        if _call(n, "any", 1) and isinstance(n.args[0], (ast.List, ast.Tuple)) and n.args[0].elts:
+            return "(" + " || ".join(self.sparql(e) for e in n.args[0].elts) + ")"
+        if _call(n, "isinstance", 2) and self._is_key(n.args[0]):
+            return self._isinstance(n.args[0], n.args[1])
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "math.isfinite" and len(n.args) == 1:
+            v = self._term(n.args[0])  # NaN is not equal to itself; the infinities are beyond every double
+            return f'({v} = {v} && {v} < "INF"^^xsd:double && {v} > "-INF"^^xsd:double)'
         raise Unsupported(ast.unparse(n))
+
+    def _isinstance(self, target: ast.Attribute, types: ast.AST) -> str:
+        """``isinstance(x, T)`` of a key whose values argparse converts to one scalar type: whether that type is
+        (a subclass of) T, for a set value. A key of no single type (a list-or-int option) or a list (one item
+        reaches TransformerConfig as the item, argument_utils.py:343) is read only through a derivation."""
+        k = self.key(target.attr)
+        kind = _PY_TYPES.get(k.spec.value_type)
+        names = types.elts if isinstance(types, ast.Tuple) else [types]
+        wanted = [_PY_TYPES.get(getattr(t, "id", "")) for t in names]
+        if kind is None or kind is list or None in wanted:  # a list option may reach the config as its item
+            raise Unsupported(f"isinstance of {k.name} ({k.spec.value_type})")
+        return f"BOUND({k.var})" if any(issubclass(kind, w) for w in wanted if w is not None) else "false"
 
     def _is_key(self, n: ast.AST) -> bool:
         return isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == self.root
@@ -117,6 +142,8 @@ class Translator:
     def _term(self, n: ast.AST) -> str:
         if self._is_key(n):
             return self.key(n.attr).var
+        if _call(n, "bool", 1) or _call(n, "any", 1):
+            return f"IF({self.sparql(n)}, 1, 0)"
         if isinstance(n, ast.Constant):
             if n.value is None or isinstance(n.value, bool):
                 raise Unsupported("None/bool in arithmetic")
@@ -139,7 +166,7 @@ class Translator:
             self.lists.add(k.name)
             return f"COALESCE({k.var}_len, 0)"
         if isinstance(n, ast.BinOp):
-            a, b = self._term(n.left), self._term(n.right)
+            a, b = self._number(n.left), self._number(n.right)
             if isinstance(n.op, ast.Mod):
                 return f"({a} - {b} * FLOOR({a} / {b}))"
             if isinstance(n.op, ast.FloorDiv):
@@ -148,6 +175,12 @@ class Translator:
             if type(n.op) in ops:
                 return f"({a} {ops[type(n.op)]} {b})"
         raise Unsupported(ast.unparse(n))
+
+    def _number(self, n: ast.AST) -> str:
+        """An operand of arithmetic: a flag counts as 1 or 0, as Python's ``True + 1`` does."""
+        if self._is_key(n) and self.key(n.attr).spec.value_type == "bool":
+            return f"IF(COALESCE({self.key(n.attr).var}, false), 1, 0)"
+        return self._term(n)
 
     def _compare(self, left: ast.AST, op: ast.cmpop, right: ast.AST) -> str:
         if isinstance(op, ast.Is) and isinstance(right, ast.Constant) and isinstance(right.value, bool) \
@@ -160,6 +193,19 @@ class Translator:
             k = self.key(left.attr)
             return f"!BOUND({k.var})" if isinstance(op, ast.Is) else f"BOUND({k.var})"
         if isinstance(op, (ast.In, ast.NotIn)):
+            if isinstance(right, ast.BoolOp) and isinstance(right.op, ast.Or) and len(right.values) == 2 \
+                    and self._is_key(right.values[0]) and isinstance(right.values[1], (ast.List, ast.Tuple)) \
+                    and not right.values[1].elts:
+                right = right.values[0]  # `x in (key or [])`: nothing is in an unset list
+            if isinstance(right, (ast.Tuple, ast.List, ast.Set)) and self._is_key(left) and \
+                    any(isinstance(e, ast.Constant) and e.value is None for e in right.elts):
+                rest = [e for e in right.elts if not (isinstance(e, ast.Constant) and e.value is None)]
+                k = self.key(left.attr)
+                unset = f"!BOUND({k.var})"
+                if not rest:
+                    return unset if isinstance(op, ast.In) else f"!{unset}"
+                inner = self._compare(left, op, ast.Tuple(rest, ast.Load()))
+                return f"({unset} || {inner})" if isinstance(op, ast.In) else f"(!{unset} && {inner})"
             if isinstance(right, (ast.Tuple, ast.List, ast.Set)):
                 items = ", ".join(self._term(e) for e in right.elts)
                 t = f"STR({self._term(left)})" if self._is_key(left) else self._term(left)
@@ -221,6 +267,16 @@ class Translator:
             return [self.evaluate(e, values) for e in n.elts]
         if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "len":
             return len(self.evaluate(n.args[0], values) or [])
+        if _call(n, "bool", 1):
+            return bool(self.evaluate(n.args[0], values))
+        if _call(n, "any", 1):
+            return any(self.evaluate(n.args[0], values) or [])
+        if _call(n, "isinstance", 2):
+            names = n.args[1].elts if isinstance(n.args[1], ast.Tuple) else [n.args[1]]
+            types = tuple(_PY_TYPES[getattr(t, "id", "")] for t in names if getattr(t, "id", "") in _PY_TYPES)
+            return isinstance(self.evaluate(n.args[0], values), types)
+        if isinstance(n, ast.Call) and ast.unparse(n.func) == "math.isfinite" and len(n.args) == 1:
+            return math.isfinite(self.evaluate(n.args[0], values))
         if isinstance(n, ast.BinOp):
             a, b = self.evaluate(n.left, values), self.evaluate(n.right, values)
             ops = {ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y, ast.Mult: lambda x, y: x * y,
@@ -237,6 +293,13 @@ class Translator:
                 opt = (k.spec.options or k.spec.true_flags or k.spec.false_flags or (k.name,))[0]
                 text = re.sub(rf"\b{self.root}\.{attr}\b", opt, text)
         return text
+
+
+def _call(n: ast.AST, name: str, nargs: int) -> bool:
+    return isinstance(n, ast.Call) and getattr(n.func, "id", "") == name and len(n.args) == nargs and not n.keywords
+
+
+_PY_TYPES: dict[str, type] = {"int": int, "float": float, "str": str, "bool": bool, "list": list}
 
 
 def lint_coverage_cfg() -> str:
@@ -300,14 +363,44 @@ def load_models(store: Any) -> tuple[list[Model], dict[str, list[str]]]:
         if r.get("expr") and (r["d"], r["key"], r["expr"]) not in seen:
             seen.add((r["d"], r["key"], r["expr"]))
             file, line, expr = str(r["expr"]).split(":", 2)
+            expr, _, key = expr.partition(" => ")  # a derivation of several keys names the one it denotes
+            if key and key != str(r["key"]):
+                continue
             models.append(Model(str(r["key"]), file, int(line), expr, frozenset(assigns[r["d"]])))
     return models, examples
 
 
-def rewrite(cond: ast.AST, models: list[Model], file: str, line: int, root: str) -> ast.AST:
-    """The condition with every modelled expression replaced by its derived key (``root.key``), and
-    ``getattr(root, "x", None)`` read as ``root.x``."""
+def local_constants(path: Path, function: str, line: int) -> dict[str, ast.expr]:
+    """Local names the function binds, once, to a literal (``supported = ["rope", "none"]``) before ``line``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: dict[str, ast.expr] = {}
+    seen: set[str] = set()
+    for _, fn in lint_coverage._functions(tree, [function]):
+        for node in ast.walk(fn):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+            for target in targets:
+                for name in (n.id for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    if name in seen or getattr(node, "lineno", line) >= line:
+                        out.pop(name, None)  # bound more than once, or later: not a constant
+                    elif isinstance(node, ast.Assign) and isinstance(target, ast.Name) and _literal(node.value):
+                        out[name] = node.value
+                    seen.add(name)
+    return out
+
+
+def _literal(n: ast.AST | None) -> bool:
+    if isinstance(n, ast.Constant):
+        return True
+    return isinstance(n, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in n.elts)
+
+
+def rewrite(cond: ast.AST, models: list[Model], file: str, line: int, root: str,
+            constants: dict[str, ast.expr] | None = None) -> ast.AST:
+    """The condition with every modelled expression replaced by its derived key (``root.key``), a local
+    constant by its literal, and ``getattr(root, "x", None)`` read as ``root.x``."""
     base = file.rsplit("/", 1)[-1]
+    constants = constants or {}
     table = {m.expression: m.key for m in sorted(models, key=lambda m: m.line)
              if m.file == base and m.line <= line and "{root}" not in m.expression}
 
@@ -316,6 +409,8 @@ def rewrite(cond: ast.AST, models: list[Model], file: str, line: int, root: str)
             text = ast.unparse(node) if isinstance(node, ast.expr) else None
             if text in table:
                 return ast.copy_location(ast.Attribute(ast.Name(root, ast.Load()), table[text], ast.Load()), node)
+            if isinstance(node, ast.Name) and node.id in constants:
+                return ast.copy_location(constants[node.id], node)
             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and len(node.args) == 3 \
                     and isinstance(node.args[0], ast.Name) and node.args[0].id == root \
                     and isinstance(node.args[1], ast.Constant) and isinstance(node.args[2], ast.Constant) \
@@ -378,19 +473,35 @@ def _candidates(k: Key, constants: list[Any], tr: Translator | None = None) -> l
     own = [c for c in constants if c is not None and not isinstance(c, bool)]
     if spec.value_type == "bool":
         return [True, False]
+    words = [c for c in own if isinstance(c, str)]
+    if spec.value_type == "list":  # one item each, then the check's items together ('mhc' and 'mlp')
+        items = [c for c in words if c in spec.choices] if spec.choices else words
+        single = [[c] for c in (spec.choices or words)]
+        return single + ([items] if len(items) > 1 else []) + ([] if spec.choices else [["x"]])
     if spec.choices:
         return list(spec.choices)
+    last = lambda v: (v < 0, v)  # noqa: E731 - negative values last: argparse takes them, and checks refuse them
     if spec.value_type == "int":
-        base = {1, 2, 3, 4, 8, 0}
+        base = {1, 2, 3, 4, 8, 0, -1}
         for c in own:
             if isinstance(c, (int, float)):
-                base |= {int(c), int(c) + 1, max(int(c) - 1, 0), int(c) * 2}
-        return sorted(base)
+                base |= {int(c), int(c) + 1, int(c) - 1, int(c) * 2}
+        return sorted(base, key=last)
     if spec.value_type == "float":
-        return sorted({0.0, 0.5, 1.0, 2.0} | {float(c) for c in own if isinstance(c, (int, float))})
-    if spec.value_type == "list":
-        return [[c] for c in own if isinstance(c, str)] + [["x"]]
-    return [c for c in own if isinstance(c, str)] + ["x"]
+        return sorted({0.0, 0.5, 1.0, 2.0, -1.0} | {float(c) for c in own if isinstance(c, (int, float))}, key=last)
+    return words + _example_values(k, tr) + ["x"]
+
+
+def _example_values(k: Key, tr: Translator | None) -> list[str]:
+    """Values a derivation's example arguments give this option (a pipeline layout Megatron can parse)."""
+    if tr is None or not k.spec.options:
+        return []
+    out = []
+    for texts in tr.derivable.values():
+        for text in texts:
+            words = shlex.split(text)
+            out += [words[i + 1] for i, w in enumerate(words[:-1]) if w in k.spec.options and words[i + 1] not in out]
+    return out
 
 
 def _default(k: Key, tr: Translator | None = None) -> Any:
@@ -429,7 +540,7 @@ def examples(tr: Translator, cond: ast.AST) -> Iterator[tuple[dict[str, Any], di
         except (Unsupported, ZeroDivisionError, TypeError, KeyError, AttributeError):
             return None
 
-    for size in range(1, min(len(keys), 4) + 1):
+    for size in range(1, min(len(keys), 4 if on_graph else 5) + 1):  # a lint per candidate on the graph
         for subset in itertools.combinations(keys, size):
             for combo in itertools.islice(itertools.product(*(options[k.name] for k in subset)), 4000):
                 assign = dict(zip((k.name for k in subset), combo, strict=True))
@@ -438,7 +549,7 @@ def examples(tr: Translator, cond: ast.AST) -> Iterator[tuple[dict[str, Any], di
                 # passing: add a key first (the fix a user makes), then change one of those set
                 rest = [k for k in keys if k not in subset] + list(subset)
                 for k in rest:
-                    for alt in options[k.name]:
+                    for alt in options[k.name] + ([None] if k.spec.value_type != "bool" else []):  # or not given
                         other = {**assign, k.name: alt}
                         if value(other) is False and render(tr, other):
                             yield assign, other
@@ -458,6 +569,8 @@ def _holds(tr: Translator, cond: ast.AST, linter: Any, text: str) -> bool:
         v = settings.get(name)
         if k.spec.value_type == "list" and v is not None and not isinstance(v, list):
             v = [v]
+        if isinstance(v, list) and isinstance(settings.get(f"{name}.length"), int):
+            v = v + v[-1:] * (settings[f"{name}.length"] - len(v))  # the graph keeps an item once: its count back
         values[name] = v
     try:
         return bool(tr.evaluate(cond, values))
@@ -468,6 +581,32 @@ def _holds(tr: Translator, cond: ast.AST, linter: Any, text: str) -> bool:
 def render(tr: Translator, assign: dict[str, Any]) -> str | None:
     """The assignment as a configuration: argument words, else ``settings:`` (a --yaml-cfg field), and the
     example arguments that give a derived key its value."""
+    parts = _parts(tr, assign)
+    if parts is None:
+        return None
+    words, settings = parts
+    text = " ".join(w for w in words if w)
+    world = assign.get("world_size")
+    if world is None and not settings:
+        return text
+    lines = ["framework: megatron"] + ([f"launch: {{world_size: {world}}}"] if world is not None else [])
+    lines += [f"args: {json.dumps(text)}"] if text else []
+    lines += [f"settings: {json.dumps(settings)}"] if settings else []
+    return "\n".join(lines)
+
+
+def mutation(tr: Translator, assign: dict[str, Any]) -> dict[str, Any]:
+    """The violating assignment as a mutation of another configuration (bench/lint_check_mutants.tsv): the
+    arguments and settings to set, the world size, and the options of the other keys the check reads, which
+    the mutation removes so that they take the default the search assumed."""
+    words, settings = _parts(tr, assign) or ([], {})
+    unset = sorted({o for name, k in tr.used.items() if name not in assign and name != "world_size"
+                    and name not in tr.derivable for o in (*k.spec.options, *k.spec.true_flags, *k.spec.false_flags)})
+    return {"args": " ".join(w for w in words if w), "settings": settings, "world_size": assign.get("world_size"),
+            "unset": unset}
+
+
+def _parts(tr: Translator, assign: dict[str, Any]) -> tuple[list[str], dict[str, Any]] | None:
     words, settings = [], {}
     for name, v in assign.items():
         spec = tr.used[name].spec
@@ -488,17 +627,10 @@ def render(tr: Translator, assign: dict[str, Any]) -> str | None:
         elif v is None:
             continue
         elif isinstance(v, list):
-            words.append(f"{spec.options[0]} " + " ".join(map(str, v)))
+            words.append(f"{spec.options[0]} " + " ".join(shlex.quote(str(x)) for x in v))
         else:
-            words.append(f"{spec.options[0]} {v}")
-    text = " ".join(w for w in words if w)
-    world = assign.get("world_size")
-    if world is None and not settings:
-        return text
-    lines = ["framework: megatron"] + ([f"launch: {{world_size: {world}}}"] if world is not None else [])
-    lines += [f"args: {json.dumps(text)}"] if text else []
-    lines += [f"settings: {json.dumps(settings)}"] if settings else []
-    return "\n".join(lines)
+            words.append(f"{spec.options[0]} {shlex.quote(str(v))}")  # read as the shell reads it
+    return words, settings
 
 
 def _first_release(check: lint_coverage.Check, tags_root: Path) -> str | None:
@@ -538,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--megatron", type=Path, required=True)
     ap.add_argument("--tags-root", type=Path, required=True)
     ap.add_argument("--corpus-cache", type=Path, required=True)
+    ap.add_argument("--only", nargs="+", metavar="CHECK",
+                    help="translate these checks only (megatron:file:line), print what was found, write nothing")
     args = ap.parse_args(argv)
     from bench.lint_corpus import read_manifest
     from debugtune.engine.prevent.learn import VALID_CONFIGS
@@ -547,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
     from debugtune.kg import open_store
     from debugtune.kg.knowledge import load_knowledge
 
-    if OUT.exists():
+    if OUT.exists() and not args.only:
         OUT.unlink()  # re-derive from the written rules only
     store = open_store(None)
     load_knowledge(store)
@@ -575,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
     models, derived_examples = load_models(store)
     derivable = {k: [""] + texts for k, texts in derived_examples.items()}
     kept, reasons = [], {}
+    if args.only:
+        checks = [c for c in checks if c.id in args.only]
+        for c in checks:
+            c.rules = ()  # translated again, whatever encodes it now
     for c in checks:
         if not c.config_only or c.rules:
             continue
@@ -594,7 +732,8 @@ def main(argv: list[str] | None = None) -> int:
         tr = Translator(keys, table, root, derivable)
         tr.linter = linter
         try:
-            cond = rewrite(failure(c.conditions, c.kind), models, c.file, c.line, root)
+            cond = rewrite(failure(c.conditions, c.kind), models, c.file, c.line, root,
+                           local_constants(args.megatron / c.file, c.function, c.line))
             query = tr.query(cond)
             pairs = examples(tr, cond)
         except (Unsupported, SyntaxError, KeyError) as err:
@@ -605,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         rule = PreventionRule(iri=f"https://w3id.org/debugtune/kb/prevention/{rid}", rule_id=rid, severity="error",
                               message="", fix="", framework="megatron", query=query, min_version=first)
         probe = Linter(linter.registry, [rule], linter.derivations)
+        tr.linter = probe  # the search evaluates the check on the graph the rule sees: with the defaults it reads
         reasons[c.id], found = "no example found", None
         for assign_bad, assign_good in itertools.islice(pairs, 40):
             bad, good = render(tr, assign_bad), render(tr, assign_good)
@@ -614,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 fires = rid in probe.lint_path("<bad>", text=bad).rule_ids()
                 quiet = rid not in probe.lint_path("<good>", text=good).rule_ids()
-                truth = (_holds(tr, cond, linter, bad), _holds(tr, cond, linter, good))
+                truth = (_holds(tr, cond, probe, bad), _holds(tr, cond, probe, good))
             except Exception as err:  # noqa: BLE001
                 reasons[c.id] = f"example unreadable: {str(err)[:80]}"
                 continue
@@ -624,19 +764,19 @@ def main(argv: list[str] | None = None) -> int:
             if not (fires and quiet):
                 reasons[c.id] = "the linter disagrees with the check on the examples"
                 continue
-            found = bad, good
+            found = bad, good, mutation(tr, assign_bad)
             break
         if found is None:
             continue
         del reasons[c.id]
-        bad, good = found
+        bad, good, mutated = found
         applies = rule  # a hit of the bare query, confirmed as lint reports it
         hit = next((d.path for d, g, v in corpus_graphs if applies.applies("megatron", parse_version(v))
                     and g.query(query) and rid in probe.lint_doc(d, version=v).rule_ids()), None)
         if hit is not None:
             reasons[c.id] = f"would fire on a valid configuration ({hit})"
             continue
-        kept.append((c, rid, first, query, cond, tr, bad, good))
+        kept.append((c, rid, first, query, cond, tr, bad, good, mutated))
     # last, every kept rule together, linted as lint does on every valid and real configuration
     together = Linter(linter.registry, [PreventionRule(iri=f"https://w3id.org/debugtune/kb/prevention/{k[1]}",
                                                        rule_id=k[1], severity="error", message="", fix="",
@@ -650,11 +790,29 @@ def main(argv: list[str] | None = None) -> int:
         if k[1] in fired:
             reasons[k[0].id] = f"would fire on a valid configuration ({fired[k[1]]})"
     kept = [k for k in kept if k[1] not in fired]
+    if args.only:
+        for k in kept:
+            print(f"{k[0].id}: {k[1]}\n  violating: {k[6]}\n  passing: {k[7]}\n  condition: {k[3]}")
+        for k, v in sorted(reasons.items()):
+            print(f"{k}: {v}")
+        return 0
     OUT.write_text(_turtle(kept))
+    _write_mutants(kept)
     print(f"encoded {len(kept)} checks into {OUT}; left out {len(reasons)}", file=sys.stderr)
     for k, v in sorted(reasons.items()):
         print(f"  {k}: {v}", file=sys.stderr)
     return 0
+
+
+def _write_mutants(kept: list[Any]) -> None:
+    """One mutation per encoded check, for bench/lint_bench.py: found by evaluating the check, not the rule."""
+    with MUTANTS.open("w", newline="") as f:
+        w = csv.writer(f, delimiter="\t", lineterminator="\n")
+        w.writerow(["check", "rule", "class", "args", "settings", "world_size", "unset"])
+        for c, rid, _first, _query, cond, tr, _bad, _good, m in sorted(kept, key=lambda k: k[1]):
+            settings = json.dumps(m["settings"]) if m["settings"] else ""
+            w.writerow([c.id, rid, _error_class(list(tr.used), ast.unparse(cond)), m["args"], settings,
+                        m["world_size"] or "", " ".join(m["unset"])])
 
 
 def _lit(text: str) -> str:
@@ -671,7 +829,7 @@ def _turtle(kept: list[Any]) -> str:
             "# rule fails where the check fails, with examples found by evaluating the check itself, and stays quiet",
             "# on the valid reference configurations and the real corpus. dt:encodesCheck names the check.", ""]
     out = head
-    for c, rid, first, query, cond, tr, bad, good in kept:
+    for c, rid, first, query, cond, tr, bad, good, _ in kept:
         base = c.file.rsplit("/", 1)[-1]
         words = tr.words(cond)
         keys = list(tr.used)

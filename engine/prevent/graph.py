@@ -12,6 +12,7 @@ from typing import Any
 import pyoxigraph as ox
 
 from debugtune.engine.prevent.errors import LintError
+from debugtune.engine.prevent.functions import FUNCTIONS
 from debugtune.engine.prevent.schema import CheckedConfig
 from debugtune.engine.prevent.vocab import CFG, CONFIG_BASE, CONFIG_PREFIXES, ENV, is_env_name, is_graph_key
 from debugtune.kg.namespaces import DT, RDF, XSD
@@ -104,11 +105,11 @@ class ConfigGraph:
         self.store.extend(ox.Quad(t.subject, t.predicate, t.object, ox.DefaultGraph()) for t in triples)
 
     def update(self, sparql: str) -> None:
-        self.store.update(CONFIG_PREFIXES + expand_config_names(sparql))
+        self.store.update(CONFIG_PREFIXES + expand_config_names(sparql), custom_functions=FUNCTIONS)
 
     def query(self, sparql: str) -> bool | list[dict[str, Any]]:
         """A SELECT as rows of plain values, or an ASK as a boolean."""
-        result = self.store.query(CONFIG_PREFIXES + expand_config_names(sparql))
+        result = self.store.query(CONFIG_PREFIXES + expand_config_names(sparql), custom_functions=FUNCTIONS)
         if isinstance(result, ox.QueryBoolean):
             return bool(result)
         if not isinstance(result, ox.QuerySolutions):

@@ -13,7 +13,9 @@ ENV = "https://w3id.org/debugtune/config/env#"
 """Environment variables of a launch: ``env:CUDA_DEVICE_MAX_CONNECTIONS "1"``."""
 CONFIG_BASE = "urn:debugtune:config:"
 
-CONFIG_PREFIXES = SPARQL_PREFIXES + f"PREFIX cfg: <{CFG}>\nPREFIX env: <{ENV}>\n"
+FN = "https://w3id.org/debugtune/fn#"
+"""Functions a derivation rule may call (engine/prevent/functions.py): ``dtfn:expandRepeats(?text, ?pattern)``."""
+CONFIG_PREFIXES = SPARQL_PREFIXES + f"PREFIX cfg: <{CFG}>\nPREFIX env: <{ENV}>\nPREFIX dtfn: <{FN}>\n"
 """PREFIX block put before every rule condition and derivation update."""
 
 FRAMEWORKS = ("megatron", "deepspeed", "hf")

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import csv
 import json
 import os
 import random
+import re
+import shlex
 import statistics
 import sys
 import tempfile
@@ -41,7 +44,8 @@ from debugtune.kg import open_store
 from debugtune.kg.knowledge import load_knowledge
 
 CLASSES = ("parallel-divisibility", "batch-arithmetic", "mutual-exclusion", "missing-requirement", "moe-routing",
-           "precision", "version-specific")
+           "precision", "version-specific", "value-range")
+CHECK_MUTANTS = Path(__file__).resolve().parent / "lint_check_mutants.tsv"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -105,6 +109,8 @@ def render(spec: Spec, folder: Path) -> tuple[Path, dict[str, str]]:
         if spec.version:
             doc["version"] = spec.version
         doc.update({"env": spec.env, "launch": spec.launch, "args": " ".join(words)})
+        if spec.extra.get("settings"):
+            doc["settings"] = spec.extra["settings"]  # config fields a --yaml-cfg sets
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return path, {}
     if spec.framework == "deepspeed":
@@ -355,6 +361,7 @@ class Op:
     apply: Callable[[Spec, random.Random], None]
     broken: Callable[[Spec], bool]
     source: str
+    check_rule: str | None = None   # a mutation of one Megatron-LM check: the rule generated from that check
 
 
 def _pick(rng: random.Random, values: list[int], keep: Callable[[int], bool]) -> int | None:
@@ -787,16 +794,84 @@ OPS: list[Op] = [
 ]
 
 
-def mutants(valid: list[Spec], per_op: int, rng: random.Random) -> list[tuple[Spec, Op]]:
+def _value(word: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(word)
+        except ValueError:
+            pass
+    return word
+
+
+def _options(text: str) -> dict[str, Any]:
+    """Argument words as a spec's options: a flag is True, several values a list."""
+    out: dict[str, Any] = {}
+    opt = None
+    for w in shlex.split(text):
+        if w.startswith("--"):
+            opt = w[2:]
+            out[opt] = True
+        elif opt is not None:
+            cur, v = out[opt], _value(w)
+            out[opt] = v if cur is True else (cur + [v] if isinstance(cur, list) else [cur, v])
+    return out
+
+
+_SHELL_SPECIAL = re.compile(r"""[|()*'"$;&<>\s\[\]{}]""")
+
+
+def check_ops(path: Path = CHECK_MUTANTS) -> list[Op]:
+    """One operator per Megatron-LM check that bench/lint_framework_rules.py encoded: it sets the arguments (and
+    --yaml-cfg fields) under which the check's own condition fails, found by evaluating the check, and removes
+    the other options the check reads so that they take the defaults that evaluation assumed."""
+    if not path.is_file():
+        return []
+    ops = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f, delimiter="\t"):
+            ops.append(_check_op(row))
+    return ops
+
+
+def _check_op(row: dict[str, str]) -> Op:
+    args = _options(row["args"])
+    settings = json.loads(row["settings"]) if row["settings"] else {}
+    unset = [o.removeprefix("--") for o in row["unset"].split() if o.removeprefix("--") not in args]
+    world = int(row["world_size"]) if row["world_size"] else None
+    quoted = any(_SHELL_SPECIAL.search(str(v)) for v in args.values())
+
+    def applies(s: Spec) -> bool:  # settings need our YAML; a value with shell syntax the YAML formats
+        return s.version is None and (not settings or s.fmt == "native") and \
+            (not quoted or s.fmt in ("model_args", "native"))
+
+    def apply(s: Spec, rng: random.Random) -> None:
+        for o in unset:
+            s.args.pop(o, None)
+        s.args.update(copy.deepcopy(args))
+        if settings:
+            s.extra["settings"] = copy.deepcopy(settings)
+        if world is not None:
+            s.launch = {"nnodes": 1, "nproc_per_node": world}
+
+    def broken(s: Spec) -> bool:
+        return all(s.args.get(k) == v for k, v in args.items()) and not any(o in s.args for o in unset) and \
+            (world is None or s.world() == world)
+
+    return Op(f"check {row['check']}", row["class"], "megatron", applies, apply, broken,
+              f"NVIDIA/Megatron-LM @ d98e8a6 {row['check'].split(':', 1)[1]}", check_rule=row["rule"])
+
+
+def mutants(valid: list[Spec], per_op: int, rng: random.Random, checks: list[Op] | None = None,
+            per_check: int = 2) -> list[tuple[Spec, Op]]:
     out = []
-    for op in OPS:
+    for op in OPS + (checks or []):
         bases = [s for s in valid if s.framework == op.framework and op.applies(s)]
         if not bases:
             continue
-        for k in range(per_op):
+        for k in range(per_check if op.check_rule else per_op):
             base = bases[k % len(bases)] if k < len(bases) else rng.choice(bases)
             spec = copy.deepcopy(base)
-            spec.name = f"{base.name}--{op.name.replace(' ', '_').replace('/', '')}-{k}"
+            spec.name = f"{base.name}--{op.name.replace(' ', '_').replace('/', '').replace(':', '_')}-{k}"
             op.apply(spec, rng)
             if not op.broken(spec):
                 raise AssertionError(f"mutation {op.name} did not break {base.name}")
@@ -855,6 +930,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-cache", type=Path, default=None,
                         help="where bench/lint_corpus.py fetch put the real configurations")
     parser.add_argument("--mutants-per-op", type=int, default=22)
+    parser.add_argument("--mutants-per-check", type=int, default=2,
+                        help="mutants of each Megatron-LM check a generated rule encodes (lint_check_mutants.tsv)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--show-misses", type=int, default=10)
@@ -882,7 +959,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     valid = megatron_valid() + deepspeed_valid() + hf_valid()
-    broken = mutants(valid, args.mutants_per_op, rng)
+    checks = check_ops()
+    broken = mutants(valid, args.mutants_per_op, rng, checks, args.mutants_per_check)
     with tempfile.TemporaryDirectory(prefix="lint-bench-") as tmp:
         folder = Path(tmp)
         false_alarms, lint_times, read_times = [], [], []
@@ -899,6 +977,7 @@ def main(argv: list[str] | None = None) -> int:
                                      result.rule_errors))
         per_class: dict[str, Counter] = defaultdict(Counter)
         per_op: dict[str, Counter] = defaultdict(Counter)
+        own: dict[str, Counter] = defaultdict(Counter)   # a check's mutants: did the rule of that check fire
         misses = []
         for spec, op in broken:
             path, env = render(spec, folder)
@@ -909,6 +988,8 @@ def main(argv: list[str] | None = None) -> int:
             hit, any_hit = op.cls in classes, bool(result.violations)
             per_class[op.cls].update(total=1, hit=hit, any=any_hit)
             per_op[op.name].update(total=1, hit=hit)
+            if op.check_rule:
+                own[op.check_rule].update(total=1, hit=op.check_rule in result.rule_ids())
             if not hit:
                 misses.append((spec.name, op.name, sorted(result.rule_ids()), result.rule_errors))
 
@@ -928,6 +1009,10 @@ def main(argv: list[str] | None = None) -> int:
         "read_ms_median": round(statistics.median(read_times) * 1000, 2),
         "lint_vs_read_ratio": round(statistics.median(lint_times) / max(1e-9, statistics.median(read_times)), 1),
         "setup_s": round(setup, 2), "rules": len(linter.rules),
+        "check_operators": len(checks),
+        "generated_rules_caught": sum(1 for c in own.values() if c["hit"]),
+        "generated_rules_without_mutant": sorted(op.check_rule for op in checks if op.check_rule not in own),
+        "generated_rules_missed": sorted(r for r, c in own.items() if not c["hit"]),
     }
     if args.json:
         print(json.dumps({**figures, "misses": misses[:args.show_misses], "false_alarm_list": false_alarms,
@@ -943,6 +1028,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'overall':24} {hits:7d} {total:6d} {hits / max(1, total):8.2%} {anys / max(1, total):10.2%}"
           f"   (goal ≥ 99.8%)")
     print(f"false alarms on the valid set: {len(false_alarms)} of {len(valid)} (goal 0)")
+    print(f"generated rules (Megatron-LM checks) caught by a mutant of their own check: "
+          f"{figures['generated_rules_caught']} of {len(checks)}"
+          + (f"; no mutant: {figures['generated_rules_without_mutant']}" if figures["generated_rules_without_mutant"]
+             else "") + (f"; missed: {figures['generated_rules_missed']}" if figures["generated_rules_missed"] else ""))
     print(f"lint time per configuration: median {figures['lint_ms_median']} ms, p95 {figures['lint_ms_p95']} ms; "
           f"reading alone (peer): median {figures['read_ms_median']} ms → lint/read = {figures['lint_vs_read_ratio']}x")
     for name, violations, errors in false_alarms[:args.show_misses]:

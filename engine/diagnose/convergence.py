@@ -456,12 +456,19 @@ def _evaluations(ctx: Context, name: str) -> tuple[np.ndarray, np.ndarray]:
     return es, ev
 
 
-def _lasting_gap(ctx: Context, curve: LossCurve, es: np.ndarray, gap: np.ndarray) -> tuple[np.ndarray, float, float]:
-    """Over the evaluations after the early transient (none judged: NotJudged): which they are, the mean gap and
-    its one-sample t-statistic (``convergence.val_gap.z`` asks for a lasting gap, not a few evaluations)."""
+def _train_at(ctx: Context, curve: LossCurve, es: np.ndarray, steps: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A training series smoothed over ``convergence.window_frac`` of the run (centred), read at the evaluations."""
+    w = max(3, int(curve.n * ctx.th["convergence.window_frac"]))
+    return np.interp(es, steps, smooth(ffill(values), w))
+
+
+def _lasting_gap(ctx: Context, curve: LossCurve, es: np.ndarray,
+                 gap: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """Over the evaluations after the early transient (None when too few): which they are, the mean gap and its
+    one-sample t-statistic (``convergence.val_gap.z`` asks for a lasting gap, not a few evaluations)."""
     judged = (es >= curve.steps[curve.judge_from]) & np.isfinite(gap)
     if judged.sum() < ctx.th.as_int("convergence.overfit.min_evals"):
-        raise NotJudged(f"{int(judged.sum())} evaluations after the early transient")
+        return None
     g = gap[judged]
     level = float(np.mean(g))
     spread = float(np.std(g, ddof=1))
@@ -488,15 +495,13 @@ def validation_above_training(ctx: Context, data: ConvergenceData, out: Emit) ->
     share may differ between the splits)."""
     th, view, curve = ctx.th, ctx.view, data.curve
     es, ev = _evaluations(ctx, "eval_accuracy")
-    ts, acc = view.series("accuracy")
-    w = max(3, int(curve.n * th["convergence.window_frac"]))
-    train_at = np.interp(es, ts, smooth(ffill(acc), w))
+    train_at = _train_at(ctx, curve, es, *view.series("accuracy"))
     gap = ev - train_at
     limit = th["convergence.val_gap.min"]
-    try:
-        judged, level, t = _lasting_gap(ctx, curve, es, gap)
-    except NotJudged:
+    lasting = _lasting_gap(ctx, curve, es, gap)
+    if lasting is None:
         return
+    judged, level, t = lasting
     chance = 1.0 / _classes(curve)
     if level < limit or t < th["convergence.val_gap.z"] or float(np.mean(ev[judged])) < chance + limit:
         return
@@ -529,16 +534,17 @@ def validation_loss_below_training(ctx: Context, data: ConvergenceData, out: Emi
                         "batch-norm modules: its training-mode loss is above its held-out loss whatever the labels "
                         "(a training loss measured in evaluation mode would decide)")
     es, ev = _evaluations(ctx, "eval_loss")
-    w = max(3, int(curve.n * th["convergence.window_frac"]))
-    train_at = np.interp(es, curve.steps, smooth(ffill(curve.loss), w))
-    start = float(np.median(curve.loss[: min(3, curve.n)]))
+    train_at = _train_at(ctx, curve, es, curve.steps, curve.loss)
+    start = _untrained_loss(curve)
     learned = start - ev
-    gap = np.where(learned > 0, (train_at - ev) / np.where(learned > 0, learned, 1.0), np.nan)
+    gap = np.full(ev.shape, np.nan)
+    fell = learned > 0
+    gap[fell] = (train_at[fell] - ev[fell]) / learned[fell]
     limit = th["convergence.val_gap.min"]
-    try:
-        judged, level, t = _lasting_gap(ctx, curve, es, gap)
-    except NotJudged:
+    lasting = _lasting_gap(ctx, curve, es, gap)
+    if lasting is None:
         return
+    judged, level, t = lasting
     learned_share = float(np.mean(learned[judged])) / max(abs(start), 1e-12)
     if level < limit or t < th["convergence.val_gap.z"] or learned_share < limit:
         return
@@ -551,5 +557,9 @@ def validation_loss_below_training(ctx: Context, data: ConvergenceData, out: Emi
 def _classes(curve: LossCurve) -> float:
     """The number of classes K implied by the loss of the first steps (an untrained classifier is near chance,
     cross-entropy ln K; the estimate errs high, so 1/K errs low)."""
-    start = float(np.median(curve.loss[: min(3, curve.n)]))
-    return max(2.0, float(np.exp(min(start, 30.0))))
+    return max(2.0, float(np.exp(min(_untrained_loss(curve), 30.0))))
+
+
+def _untrained_loss(curve: LossCurve) -> float:
+    """The loss of the first steps (the median of three): an untrained model's, ln K for a classifier at chance."""
+    return float(np.median(curve.loss[: min(3, curve.n)]))

@@ -68,6 +68,19 @@ def test_loss_spike_and_megatron_factor(tmp_path, th, rng):
     assert f.detection_step == 150
 
 
+def test_a_blip_below_the_start_that_recovers_is_not_a_spike(tmp_path, th, rng):
+    """A one-step rise that stays below the early window's maximum and is gone the next step (a healthy Adam
+    autoencoder's blips) is not reported; the same rise held for longer than the window is."""
+    loss = healthy_loss(N, rng)
+    loss[200] += 1.0  # to about 1.2, below the untrained 2.3
+    d = run_and_diagnose(tmp_path / "blip", th, {0: classifier_rows(rng, loss=loss)})
+    assert "LossSpike" in d.judged and "LossSpike" not in symptoms(d)
+    held = healthy_loss(N, rng)
+    held[200:] += 1.0
+    f = finding(run_and_diagnose(tmp_path / "held", th, {0: classifier_rows(rng, loss=held)}), "LossSpike")
+    assert f.onset_step == 200 and f.evidence["early_max_ratio"] < 1
+
+
 def test_warmup_and_scheduled_lr_drop_are_not_findings(tmp_path, th, rng):
     lr = np.full(N, 0.04)
     lr[:60] = np.linspace(0.002, 0.04, 60)

@@ -397,3 +397,25 @@ def test_a_step_skipped_by_grad_scaler_leaves_no_stale_gradient(tmp_path, th):
     tel = read_telemetry(tmp_path / "run")
     assert tel.series("skipped_iterations")[0].tolist() == [3]
     assert tel.series("grad_stale_frac")[1].max() == 0.0
+
+
+def test_forward_gain_is_not_judged_on_probability_outputs(tmp_path, th):
+    """A too-small initialisation shrinks the logits (ForwardSignalVanishing); the same layers in front of a
+    sigmoid are not judged, since the sigmoid's slope and not the layers would set the output's spread."""
+    from debugtune.engine.diagnose import diagnose_run
+
+    def run(name, squash):
+        base = mlp(depth=3)
+        with torch.no_grad():
+            for m in base:
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.mul_(0.05)
+                    m.bias.zero_()
+        model = torch.nn.Sequential(base, torch.nn.Sigmoid()) if squash else base
+        train(tmp_path / name, model, torch.optim.SGD(model.parameters(), lr=0.1), th, steps=12)
+        return diagnose_run(tmp_path / name, th)
+
+    logits, probs = run("logits", False), run("probs", True)
+    assert "ForwardSignalVanishing" in {f.symptom for f in logits.findings}
+    assert "ForwardSignalVanishing" not in probs.judged
+    assert any("ForwardSignalVanishing" in n and "within [0, 1]" in n for n in probs.notes)

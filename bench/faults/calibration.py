@@ -194,7 +194,11 @@ def apply(model: CausalModel, th: Thresholds, cal: Calibration) -> tuple[CausalM
     have = {(link.source, link.target) for link in model.links}
     links = list(model.links) + [Link(a, b, v, measured=True) for (a, b), (v, _) in sorted(cal.links.items())
                                  if (a, b) not in have]
-    profiles = {c: [ps[k] for k in sorted(ps)] for c, ps in cal.profiles.items()}
+    # the knowledge base's own profiles (e.g. a stall present for a whole traced window) stay beside the measured
+    # ones, as in the shipped store, where both are dt:CalibrationProfile
+    profiles = {c: list(v) for c, v in model.profiles.items()}
+    for c, ps in cal.profiles.items():
+        profiles[c] = profiles.get(c, []) + [ps[k] for k in sorted(ps)]
     calibrated = replace(model, links=links, profiles=profiles)
     values = dict(th.items())
     values.update({f"infer.leak.{sym}": v for sym, (v, _, _) in cal.leaks.items()})

@@ -110,6 +110,13 @@ def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndar
 
 
 def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    """Points far above the trailing median (OLMo 2's robust z) or far above the early window (Megatron's rule).
+
+    Not reported when no point after the early window rose above the early window's own maximum and the loss
+    was back halfway within ``convergence.spike.window`` steps: the run never lost what it had learnt beyond
+    where it began, and recovered within the logbooks' monitor-only span (BLOOM-176B: ~30 steps). The
+    recurring one-step blips of a healthy Adam autoencoder are such points; a corrupt batch rises above the
+    untrained loss."""
     th, curve = ctx.th, data.curve
     window = th.as_int("convergence.spike.window")
     z = robust_z(curve.loss, window)
@@ -131,6 +138,9 @@ def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     after = curve.loss[peak + 1:]
     recovered = np.flatnonzero(after <= base + 0.5 * (curve.loss[peak] - base))
     rec_steps = float(recovered[0] + 1) if recovered.size else float("nan")
+    early_ratio = float(np.max(np.abs(curve.loss[early:]))) / max(ref, 1e-30) if curve.n > early else 0.0
+    if early_ratio < 1.0 and rec_steps <= window:
+        return  # never above where the run began and recovered within the window: the logbooks' monitor-only case
     zmax = float(np.max(np.where(np.isfinite(z[idx]), z[idx], 0)))
     top_jump = float(np.max(np.where(np.isfinite(jump[idx]), jump[idx], 0)))
     out.add(make_finding(
@@ -138,7 +148,7 @@ def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
         severity(max(top_jump, 1e-9), min_jump, min_jump * 20),
         {"spikes": float(episodes), "max_robust_z": zmax, "max_jump": top_jump, "peak_step": curve.steps[peak],
          "peak_loss": float(curve.loss[peak]), "baseline_loss": float(base), "recovery_steps": rec_steps,
-         "early_max_ratio": float(np.max(np.abs(curve.loss[early:]))) / max(ref, 1e-30) if curve.n > early else 0.0},
+         "early_max_ratio": early_ratio},
         "convergence.spike", first), (curve.steps, np.clip(z, -50, 50)))
 
 

@@ -106,7 +106,9 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
 
     Not judged when the input's RMS is itself above ``input.scale.rms_max`` (InputScaleAbnormal's rule): a
     normalisation layer or saturating gates bound the output whatever the input's scale, so the output over
-    an input of RMS 1,000 is small with any weights, and the ratio speaks of the input, not of the layers."""
+    an input of RMS 1,000 is small with any weights, and the ratio speaks of the input, not of the layers.
+    Not judged either when the outputs are probabilities: a sigmoid's slope at 0 is 1/4 and a softmax over K
+    classes divides the spread by about K, so DCGAN's healthy N(0, 0.02) discriminator read as vanishing."""
     th = ctx.th
     rms_in = _early_rms(ctx)[3]
     if rms_in >= th["input.scale.rms_max"]:
@@ -119,6 +121,11 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
         first = dead.values[hidden, 0] if hidden and dead.values.size else np.zeros(0)
         if first.size and np.nanmedian(first) >= th["gradient.dead_units.act_in_dead_frac"]:
             return
+    lo0, hi0 = _first(ctx, "output_min"), _first(ctx, "output_max")
+    if lo0 is not None and hi0 is not None and lo0[1] >= 0.0 and hi0[1] <= 1.0:
+        raise NotJudged("the model's outputs lie within [0, 1] at the first step (a sigmoid or softmax inside the "
+                        "model): the squashing function's slope, not the layers, sets their spread (the logits' "
+                        "spread would decide)")
     out0, inp0 = _first(ctx, "output_std"), _first(ctx, "input_std")
     if out0 is None or inp0 is None:
         raise NotJudged("no finite output_std or input_std at the first step")

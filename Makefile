@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/src/*.cpp native/src/*
 demo: install
 	$(BIN)/cann-debug demo
 
+# Two workers; each test module stays on one worker (tests/conftest.py), the quick benchmark's two readers share one.
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 BENCH_STAMP := $(VENV)/.debugtune-bench-installed
 

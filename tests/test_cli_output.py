@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from debugtune.cli.apps import DEBUG_COMMANDS, TUNE_COMMANDS, debug_app, tune_app
@@ -151,13 +152,13 @@ def test_suggest_table_moves_what_does_not_fit_under_it_and_wide_keeps_it(world,
     assert "weights" not in narrow  # an unset detail is not printed as an empty line
 
 
-def test_show_table_never_breaks_a_word(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "60")
+def test_show_table_never_breaks_a_word():
+    narrow = Console(width=60, highlight=False)  # its own console: another test may have sized the shared one
     words = ["alpha_beta_gamma_delta", "moe_router_enable_expert_bias", "x" * 20]
     rows = [[w, "some longer text that may wrap over several lines", "1,234", w[::-1]] for w in words]
-    with console.capture() as cap:
+    with narrow.capture() as cap:
         show_table([Col("name", keep=True), Col("text"), Col("n", "right"), Col("reversed", detail=False)], rows,
-                   title="t")
+                   title="t", out=narrow)
     text = cap.get()
     assert _wide_lines(text) == [] and max(len(line.rstrip()) for line in text.splitlines()) <= 60
     tokens = set(text.split())

@@ -179,3 +179,23 @@ def test_a_logged_balancing_loss_names_aux_loss_disabled_and_its_absence_does_no
     logged = [*imbalance, f("BalanceLossNegligible", onset=0, aux_share_of_loss=0.0)]
     r = top(model, th, logged, MOE | {"BalanceLossNegligible"})
     assert best(r) == "AuxLossDisabled" and r.hypotheses[0].confidence > 0.5
+
+
+def test_shown_confidences_are_the_posterior_through_the_calibration_map(model, th):
+    """The posterior decides what is reported; hypotheses and candidates show it through the knowledge base's
+    Platt map (monotone, so the order is the posterior's), "unknown" its posterior."""
+    from debugtune.engine.diagnose import Thresholds
+    from debugtune.engine.infer.causal import UNKNOWN, calibrated
+
+    identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
+    assert calibrated(0.3, identity) == pytest.approx(0.3) and calibrated(0.999, identity) == pytest.approx(0.999)
+    sharper = Thresholds({**dict(th.items()), "infer.confidence.slope": 2.0, "infer.confidence.offset": 0.5})
+    assert calibrated(0.5, sharper) == pytest.approx(1 / (1 + 2.718281828 ** -0.5))
+    ps = [0.01, 0.2, 0.5, 0.8, 0.99]
+    assert sorted(calibrated(p, sharper) for p in ps) == [calibrated(p, sharper) for p in ps]
+    r = top(model, sharper, gate_bias_findings(), MOE)
+    assert r.hypotheses[0].cause == "GateInitBias"
+    for h in r.hypotheses:
+        assert h.confidence == pytest.approx(calibrated(r.confidences[h.cause], sharper))
+    shown = {c.cause: c.confidence for c in r.candidates}
+    assert shown[UNKNOWN] == pytest.approx(r.confidences[UNKNOWN])

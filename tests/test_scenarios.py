@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
+import pyarrow.compute as pc
 import pytest
 import torch
 
@@ -126,6 +127,23 @@ def test_faults_change_what_they_claim():
     accum = programs.run("tags_mlp", {**short, "accum_steps": 4}, seed=0)
     assert accum.summary["backwards_per_step"] == 4
     assert abs(accum.summary["final_loss"] - programs.run("tags_mlp", short, seed=0).summary["final_loss"]) < 0.05
+
+
+def test_the_loss_activation_sits_in_the_model_or_in_the_loss(tmp_path):
+    """LossActivationMismatch: on even seeds the model's outputs are the activation's (the probe sees a simplex),
+    on odd seeds the model emits logits and the loss code squashes them; the loss is the same function either way."""
+    over = {"steps": 12, **FAULTS["LossActivationMismatch"].resolve("digits_mlp", "mild")}
+    seen = {}
+    for seed in (0, 1):
+        programs.run("digits_mlp", over, seed=seed, run_dir=tmp_path / str(seed), probe=True)
+        table = read_telemetry(tmp_path / str(seed)).table
+        simplex = table.filter(pc.equal(table["metric"], "output_simplex_frac"))["value"].to_numpy()
+        seen[seed] = float(simplex.mean()) if len(simplex) else 0.0
+    assert seen[0] == pytest.approx(1.0) and seen[1] < 0.5
+    cfg = programs.make_config("digits_mlp", over, 0)
+    assert (cfg.model_activation, cfg.loss_activation) == ("softmax", "logits")
+    assert (replace(cfg, seed=1).model_activation, replace(cfg, seed=1).loss_activation) == ("logits", "softmax")
+    assert replace(cfg, output_site="loss").loss_activation == "softmax"
 
 
 def test_chance_losses_follow_the_objective():

@@ -9,10 +9,13 @@ What is fitted, all from the runs it is given and nothing else:
   strongest link;
 - **leaks**: ``infer.leak.<Symptom>``, the smoothed rate of each symptom on the healthy runs and look-alikes;
 - **temperature**: ``infer.temperature``, minimising the negative log-likelihood of the true cause on
-  out-of-family predictions (temperature scaling, Guo et al. 2017).
+  out-of-family predictions (temperature scaling, Guo et al. 2017);
+- **confidence map**: ``infer.confidence.slope`` / ``.offset``, a Platt map from a cause's posterior to the
+  confidence shown, maximising the likelihood of "the best candidate is right" on out-of-family answers.
 
 ``to_turtle`` writes profiles and links (``cases/links-calibrated.ttl``), leaks (``cases/thresholds/leaks.ttl``)
-and the temperature (``cases/thresholds/calibration.ttl``) through the same Turtle writer as the run graph.
+and the temperature and confidence map (``cases/thresholds/calibration.ttl``) through the same Turtle writer as
+the run graph.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from debugtune.engine.diagnose import Thresholds, diagnose_run
-from debugtune.engine.infer.causal import UNKNOWN, activation, before_breakdown, evidence
+from debugtune.engine.infer.causal import UNKNOWN, activation, before_breakdown, calibrated, evidence
 from debugtune.engine.infer.engine import candidate_causes, rank, reportable, rule_scope
 from debugtune.engine.infer.model import CausalModel, Link
 from debugtune.kg.assertions import replace_diagnosis
@@ -42,6 +47,7 @@ TEMPERATURE_FILE = "thresholds/calibration.ttl"
 GENERATED = (LINKS_FILE, LEAKS_FILE, TEMPERATURE_FILE)
 LEAK_SOURCE = "https://doi.org/10.1016/C2009-0-27609-4"
 TEMPERATURE_SOURCE = "https://proceedings.mlr.press/v70/guo17a.html"
+PLATT_SOURCE = "https://scikit-learn.org/stable/modules/calibration.html"  # sigmoid (Platt 1999) calibration
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ class Calibration:
     links: dict[tuple[str, str], tuple[float, str]] = field(default_factory=dict)
     leaks: dict[str, tuple[float, int, int]] = field(default_factory=dict)
     temperature: float | None = None
+    confidence_map: tuple[float, float] | None = None   # (slope, offset) of the Platt map of shown confidences
 
 
 def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str, str], dict[str, tuple[float, int]]],
@@ -204,6 +211,8 @@ def apply(model: CausalModel, th: Thresholds, cal: Calibration) -> tuple[CausalM
     values.update({f"infer.leak.{sym}": v for sym, (v, _, _) in cal.leaks.items()})
     if cal.temperature is not None:
         values["infer.temperature"] = cal.temperature
+    if cal.confidence_map is not None:
+        values["infer.confidence.slope"], values["infer.confidence.offset"] = cal.confidence_map
     return calibrated, Thresholds(values)
 
 
@@ -279,8 +288,31 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
             causes.append(c)
     truth = sc.sample.truth
     best = max((c for c in conf if c in sc.reportable), key=lambda c: conf[c], default=None)
-    return Answer(sc, tuple(causes), tuple(conf[c] for c in causes), conf.get(truth, 0.0) if truth else 0.0,
-                  (conf[best], best == truth) if truth and best is not None else None)
+    return Answer(sc, tuple(causes), tuple(calibrated(conf[c], th) for c in causes),
+                  conf.get(truth, 0.0) if truth else 0.0,
+                  (calibrated(conf[best], th), best == truth) if truth and best is not None else None)
+
+
+def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresholds) -> tuple[float, float]:
+    """Platt scaling of the best candidate's confidence: the (slope, offset) of sigmoid(slope * logit(p) + offset)
+    maximising the likelihood of "the best candidate is the injected cause" over the fault runs of ``scored``
+    (out-of-family answers at ``temperature``). Temperature scaling alone leaves the middle under-confident,
+    because the "unknown" a healthy run needs takes mass from the right answer on a faulty one."""
+    from scipy.optimize import minimize
+
+    identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
+    tops = [a.top for a in (answer(s, temperature, identity) for s in scored if s.sample.truth) if a.top]
+    if len(tops) < 10:
+        return 1.0, 0.0
+    p = np.clip(np.array([c for c, _ in tops]), 1e-6, 1 - 1e-6)
+    x, y = np.log(p / (1 - p)), np.array([ok for _, ok in tops], dtype=float)
+
+    def nll(w: np.ndarray) -> float:
+        z = w[0] * x + w[1]
+        return float(np.sum(np.logaddexp(0.0, z) - y * z))
+
+    w = minimize(nll, np.array([1.0, 0.0]), method="Nelder-Mead").x
+    return float(w[0]), float(w[1])
 
 
 def fit_temperature(scored: Sequence[Scored], th: Thresholds) -> float:
@@ -451,6 +483,19 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
             ("dct:source", iri(LEAK_SOURCE))]))
     out = {LINKS_FILE: "".join(links), LEAKS_FILE: "".join(leaks)}
     if cal.temperature is not None:
+        slope, offset = cal.confidence_map or (1.0, 0.0)
+        platt = [("infer.confidence.slope", slope, "confidence map slope",
+                  "Slope of the Platt map sigmoid(slope * logit(p) + offset) from a cause's posterior to the "
+                  "confidence shown (the posterior decides what is reported)."),
+                 ("infer.confidence.offset", offset, "confidence map offset",
+                  "Offset of the Platt map sigmoid(slope * logit(p) + offset) from a cause's posterior to the "
+                  "confidence shown.")]
+        maps = "".join("\n" + triples(f"{KB}threshold-{key.replace('.', '-')}", [
+            ("a", "dt:Threshold"), ("dt:thresholdKey", literal(key)), ("dt:value", literal(round(float(v), 3))),
+            ("skos:prefLabel", en(label)), ("skos:definition", en(text)),
+            ("skos:note", en(f"Platt scaling of the best candidate's confidence on {runs} runs, out-of-family "
+                             "answers (leave one family out)")),
+            ("dct:source", iri(PLATT_SOURCE))]) for key, v, label, text in platt)
         out[TEMPERATURE_FILE] = (
             f"# The causal engine's temperature, fitted on out-of-family predictions of the fault benchmark (each\n"
             f"# family scored by a calibration that did not see it). Generated by `{_COMMAND}`.\n\n" + _PREFIXES + "\n"
@@ -461,5 +506,5 @@ def to_turtle(cal: Calibration, sources: Mapping[str, str], runs: int) -> dict[s
                 ("skos:definition", en("Softmax temperature applied to the causes' log scores (with 'unknown') to "
                                        "turn them into calibrated confidences.")),
                 ("skos:note", en(f"temperature scaling on {runs} runs, leave one family out")),
-                ("dct:source", iri(TEMPERATURE_SOURCE))]))
+                ("dct:source", iri(TEMPERATURE_SOURCE))]) + maps)
     return out

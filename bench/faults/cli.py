@@ -52,7 +52,8 @@ def _base() -> tuple[Any, Thresholds]:
     global _BASE
     if _BASE is None:
         store = base_store()
-        _BASE = (store, Thresholds({"infer.temperature": 1.0, **dict(Thresholds.from_store(store).items())}))
+        _BASE = (store, Thresholds({"infer.temperature": 1.0, "infer.confidence.slope": 1.0,
+                                    "infer.confidence.offset": 0.0, **dict(Thresholds.from_store(store).items())}))
     return _BASE
 
 

@@ -1,8 +1,8 @@
 """Leave one family out: calibrate on every program family but one, score the one left out, for each in turn.
 
 A family is a kind of training program (MLP classifiers, recurrent models, MoE LMs, ...;
-``debugtune.scenarios.programs.Program.family``). What is fitted — profiles, links, leaks and the temperature —
-sees only the other families; the temperature is fitted on their own out-of-family predictions (an inner
+``debugtune.scenarios.programs.Program.family``). What is fitted — profiles, links, leaks, the temperature and the
+confidence map — sees only the other families; the last two are fitted on their own out-of-family predictions (an inner
 leave-one-family-out), so it carries the cost of generalising to a family it has not seen. The candidates
 come from the rules over the knowledge base *without* any calibration (``base_store``), so a link learned on
 the held-out family cannot make its cause a candidate.
@@ -11,7 +11,7 @@ the held-out family cannot make its cause a candidate.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bench.faults.calibration import (
     Answer,
@@ -23,6 +23,7 @@ from bench.faults.calibration import (
     apply,
     figures,
     fit,
+    fit_confidence_map,
     fit_temperature,
     score,
 )
@@ -68,8 +69,11 @@ def lofo(samples: Sequence[Sample], model: CausalModel, th: Thresholds, *,
     for fam in families(samples):
         train = [s for s in samples if s.family != fam]
         test = [s for s in samples if s.family == fam]
-        m, t = apply(model, th, fit(train, model, th))
-        temperature = fit_temperature(_scored_out_of_family(train, model, th), t)
+        cal = fit(train, model, th)
+        m, t = apply(model, th, cal)
+        inner = _scored_out_of_family(train, model, th)
+        temperature = fit_temperature(inner, t)
+        _, t = apply(model, th, replace(cal, confidence_map=fit_confidence_map(inner, temperature, t)))
         scored = score(test, m, t)
         oof += scored
         answers = [answer(s, temperature, t) for s in scored]
@@ -87,7 +91,8 @@ def shipped(samples: Sequence[Sample], model: CausalModel, th: Thresholds,
     cal = fit(samples, model, th)
     oof = list(out_of_family) if out_of_family is not None else _scored_out_of_family(samples, model, th)
     _, t = apply(model, th, cal)
-    return Calibration(cal.profiles, cal.profile_runs, cal.links, cal.leaks, fit_temperature(oof, t))
+    temperature = fit_temperature(oof, t)
+    return replace(cal, temperature=temperature, confidence_map=fit_confidence_map(oof, temperature, t))
 
 
 def in_distribution(samples: Sequence[Sample], model: CausalModel, th: Thresholds, cal: Calibration) -> Figures:

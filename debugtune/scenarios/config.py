@@ -16,6 +16,7 @@ from debugtune.scenarios.moe import SequenceModelConfig
 OPTIMIZERS = ("sgd", "adam", "adamw")
 SCHEDULES = ("constant", "cosine")
 OUTPUTS = ("logits", "softmax", "relu", "sigmoid")
+OUTPUT_SITES = ("seeded", "model", "loss")
 ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")
 
 
@@ -50,6 +51,7 @@ class TrainConfig(SequenceModelConfig):
     init_scale: float = 1.0         # BadWeightInit / SaturatingActivations: the weight layers' init times this
     hidden_bias: float = 0.0        # DyingReLU: biases of the layers feeding the hidden activation
     output: str = "logits"          # LossActivationMismatch: an activation between the output and the loss
+    output_site: str = "seeded"     # where it sits: the model's forward, the loss code, or by seed (even: model)
     raw_scale: float = 0.0          # UnnormalizedInputs: > 0 skips standardisation, raw features times this
     label_noise: float = 0.0        # LabelNoise: share of the targets corrupted uniformly
     zero_grad_every: int = 1        # MissingZeroGrad: zero_grad every N steps (0: never)
@@ -65,9 +67,29 @@ class TrainConfig(SequenceModelConfig):
     freeze_backbone: int = 0        # FrozenBackbone: leading weight layers with requires_grad=False, on purpose
     seed: int = 0
 
+    @property
+    def output_in_model(self) -> bool:
+        """Whether the LossActivationMismatch activation is the model's last operation (an ``nn.Softmax`` ending
+        the network: what the output hook sees) rather than applied in the loss code (invisible to it). Real
+        programs do both, so by default it alternates with the seed."""
+        if self.output == "logits":
+            return False
+        return self.output_site == "model" or (self.output_site == "seeded" and self.seed % 2 == 0)
+
+    @property
+    def model_activation(self) -> str:
+        """The activation the model itself applies to its output ("logits": none)."""
+        return self.output if self.output_in_model else "logits"
+
+    @property
+    def loss_activation(self) -> str:
+        """The activation the loss code applies before a loss that expects logits ("logits": none)."""
+        return "logits" if self.output_in_model else self.output
+
     def validate(self) -> None:
         checks = ((self.optimizer, OPTIMIZERS, "optimizer"), (self.schedule, SCHEDULES, "schedule"),
-                  (self.output, OUTPUTS, "output"), (self.activation, ACTIVATIONS, "activation"))
+                  (self.output, OUTPUTS, "output"), (self.activation, ACTIVATIONS, "activation"),
+                  (self.output_site, OUTPUT_SITES, "output_site"))
         for value, allowed, name in checks:
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

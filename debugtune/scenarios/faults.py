@@ -178,7 +178,8 @@ FAULTS: dict[str, Injection] = {f.name: f for f in (
     Injection("LossActivationMismatch", "an activation between the output and a loss that expects logits: a "
               "softmax (mild) or a ReLU (severe; a sigmoid where a ReLU on the logits still trains) before "
               "cross-entropy, a sigmoid / ReLU before BCEWithLogits, a "
-              "ReLU / sigmoid on a regression or reconstruction output",
+              "ReLU / sigmoid on a regression or reconstruction output; as the model's last operation on even "
+              "seeds (what the output hook sees), in the loss code on odd seeds (invisible to it)",
               by_family({**_same(("mlp", "cnn"), {"output": "softmax"}, {"output": "relu"}),
                          **_same(("recurrent", "transformer", "decoder_lm", "moe_top1", "moe_top2", "residual"),
                                  {"output": "softmax"}, {"output": "sigmoid"}),

@@ -4,9 +4,10 @@ Healthy defaults: standardised inputs, the family's initialisation, the family's
 output, ``zero_grad`` every step, every layer in the optimizer. Each knob of ``TrainConfig`` is applied here,
 the same way in every family (`debugtune.scenarios.families`): the learning rate and its schedule (warm-up,
 cosine decay, a scheduled drop), the init scale and hidden biases, the activation between the output and
-the loss, corrupted labels, ``zero_grad`` every N steps or never, leading layers left out of the optimizer
-(while ``optimizer.zero_grad()`` is still called, so their gradients accumulate), corrupt and hard batches,
-gradient accumulation, an intentionally frozen backbone (``requires_grad=False``), gradient clipping.
+the loss (as the model's last operation or in the loss code), corrupted labels, ``zero_grad`` every N steps
+or never, leading layers left out of the optimizer (while ``optimizer.zero_grad()`` is still called, so
+their gradients accumulate), corrupt and hard batches, gradient accumulation, an intentionally frozen
+backbone (``requires_grad=False``), gradient clipping.
 
 The program measures on its own what the benchmark's manifestation criteria need (never from the probe):
 the loss, accuracy and global gradient norm of every step, held-out loss and accuracy, and at the end, on
@@ -32,7 +33,7 @@ from debugtune.scenarios.config import TrainConfig
 from debugtune.scenarios.families import Family
 from debugtune.scenarios.logstyles import rename
 from debugtune.scenarios.models import ACTIVATIONS, HarnessModel, init_weights, scale_weights
-from debugtune.scenarios.objectives import OBJECTIVES, Objective
+from debugtune.scenarios.objectives import OBJECTIVES, OUTPUT_FUNCTIONS, Objective
 from debugtune.scenarios.tabular import BatchSampler, Split
 
 
@@ -115,7 +116,7 @@ class BatchSource:
     def _hardest(self, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """One batch from the hardest 15% of the (valid) training pool."""
         with torch.no_grad():
-            per_sample = self.objective.loss(model(self.x), self.y, self.cfg.output, reduction="none")
+            per_sample = self.objective.loss(model(self.x), self.y, self.cfg.loss_activation, reduction="none")
         hardest = torch.argsort(per_sample, descending=True)[: max(self.cfg.batch_size, len(self.x) * 15 // 100)]
         pick = self.rng.choice(len(hardest), size=self.cfg.batch_size, replace=False)
         idx = hardest[torch.from_numpy(pick)]
@@ -194,6 +195,8 @@ def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path
     data = datasets.load(cfg)
     model = family.build(cfg, data)
     (init_weights if family.init == "he" else scale_weights)(model, cfg.init_scale, cfg.hidden_bias)
+    if cfg.output_in_model:  # registered before the probe's hooks, which then see the squashed output
+        model.register_forward_hook(lambda _m, _a, y: OUTPUT_FUNCTIONS[cfg.output](y))
     backbone = leading_layers(model, cfg.freeze_backbone)
     for m in backbone:
         m.requires_grad_(False)
@@ -225,13 +228,13 @@ def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path
             value, hits = 0.0, []
             for xm, ym in _micro(x, y, cfg.accum_steps):
                 out = model(xm)
-                loss = objective.loss(out, ym, cfg.output)
+                loss = objective.loss(out, ym, cfg.loss_activation)
                 total = loss
                 for term in family.terms(model, cfg, acc):
                     total = total + term
                 (total / cfg.accum_steps if cfg.accum_steps > 1 else total).backward()
                 value += float(loss.detach()) / cfg.accum_steps
-                hits.append(objective.accuracy(out.detach(), ym))
+                hits.append(objective.accuracy(out.detach(), ym, cfg.model_activation))
             family.after_backward(model, cfg, acc)
             if cfg.grad_clip > 0:
                 norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
@@ -247,8 +250,8 @@ def train(family: Family, cfg: TrainConfig, *, program: str, run_dir: str | Path
                 model.eval()
                 with torch.no_grad():
                     out = model(x_test)
-                    metrics["eval_loss"] = float(objective.loss(out, y_test, cfg.output))
-                    metrics["eval_accuracy"] = objective.accuracy(out, y_test)
+                    metrics["eval_loss"] = float(objective.loss(out, y_test, cfg.loss_activation))
+                    metrics["eval_accuracy"] = objective.accuracy(out, y_test, cfg.model_activation)
                 rows["eval_step"].append(step)
                 rows["eval_loss"].append(metrics["eval_loss"])
                 rows["eval_accuracy"].append(metrics["eval_accuracy"])

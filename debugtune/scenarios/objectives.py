@@ -47,12 +47,13 @@ class Objective:
             return per
         return per.reshape(per.shape[0], -1).mean(dim=1)
 
-    def accuracy(self, out: torch.Tensor, y: torch.Tensor) -> float | None:
-        """Share of correct predictions (per label for bce, per token for lm); None for regression."""
+    def accuracy(self, out: torch.Tensor, y: torch.Tensor, output: str = "logits") -> float | None:
+        """Share of correct predictions (per label for bce, per token for lm); None for regression. ``output``:
+        the activation already applied to ``out`` (a sigmoid's decision point is 0.5, not 0)."""
         if self.name in ("ce", "lm"):
             return float((out.argmax(dim=-1) == y).float().mean())
         if self.name == "bce":
-            return float(((out > 0).float() == y).float().mean())
+            return float(((out > (0.5 if output == "sigmoid" else 0.0)).float() == y).float().mean())
         return None
 
     def chance(self, y_train: np.ndarray, classes: int) -> float:

@@ -305,6 +305,16 @@ def _structure(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEviden
                 s.correlated_links += 1
 
 
+def calibrated(p: float, th: Thresholds) -> float:
+    """The confidence shown for a cause whose posterior is ``p``: a Platt map, sigmoid(slope * logit(p) + offset),
+    fitted on out-of-family answers of the fault bench (``infer.confidence.*``). The posterior decides what is
+    reported; the map only makes the number say how often such an answer is right on a family not seen."""
+    a, b = th["infer.confidence.slope"], th["infer.confidence.offset"]
+    q = min(max(p, 1e-6), 1.0 - 1e-6)
+    z = a * math.log(q / (1.0 - q)) + b
+    return 1.0 / (1.0 + math.exp(-z)) if z >= 0 else math.exp(z) / (1.0 + math.exp(z))
+
+
 def posterior(scores: Sequence[CauseScore], unknown: float, temperature: float) -> dict[str, float]:
     """Calibrated confidences over the candidates and "unknown" (softmax of score / temperature)."""
     logits = {s.cause: s.log_score / temperature for s in scores}

@@ -13,6 +13,7 @@ from debugtune.engine.infer.causal import (
     UNKNOWN,
     CauseScore,
     before_breakdown,
+    calibrated,
     evidence,
     posterior,
     priors,
@@ -37,7 +38,7 @@ class Ranking:
     advisory causes and causes whose only observed effects are preconditions (facts about the set-up)."""
 
     scores: list[CauseScore]
-    confidences: dict[str, float]
+    confidences: dict[str, float]      # the posterior (what decides); hypotheses and candidates show calibrated()
     hypotheses: list[Hypothesis]
     candidates: list[Candidate]
     advice: list[Hypothesis] = field(default_factory=list)
@@ -98,7 +99,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
               for c in candidates if c in model.causes and applicable(model, c, judged, th["infer.applicable_share"])]
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
     order = sorted(scores, key=lambda s: -conf[s.cause])
-    cands = [Candidate(s.cause, conf[s.cause], s.log_score) for s in order]
+    # decisions on the posterior, numbers shown through the calibration map ("unknown" keeps its posterior)
+    shown = {c: (p if c == UNKNOWN else calibrated(p, th)) for c, p in conf.items()}
+    cands = [Candidate(s.cause, shown[s.cause], s.log_score) for s in order]
     cands.append(Candidate(UNKNOWN, conf[UNKNOWN], unknown_score(ev, th)))
     cands.sort(key=lambda c: -c.confidence)
     hyps: list[Hypothesis] = []
@@ -106,19 +109,19 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     causal = [s for s in order if reportable(model, s)]
     for s in order:
         if not reportable(model, s) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
-            advice.append(Hypothesis(s.cause, conf[s.cause], tuple(s.chain), tuple(s.findings),
-                                     explanation(model, s, conf[s.cause], ev), rank=len(advice) + 1))
+            advice.append(Hypothesis(s.cause, shown[s.cause], tuple(s.chain), tuple(s.findings),
+                                     explanation(model, s, shown[s.cause], ev), rank=len(advice) + 1))
     if causal and conf[causal[0].cause] >= th["infer.report_threshold"]:
         for s in causal[: th.as_int("infer.max_hypotheses")]:
-            c = conf[s.cause]
-            if hyps and c < th["infer.list_threshold"]:
+            if hyps and conf[s.cause] < th["infer.list_threshold"]:
                 break
+            c = shown[s.cause]
             hyps.append(Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings),
                                    explanation(model, s, c, ev), rank=len(hyps) + 1))
-    close = len(hyps) >= 2 and hyps[1].confidence >= th["infer.close_call"] * hyps[0].confidence
+    close = len(hyps) >= 2 and conf[hyps[1].cause] >= th["infer.close_call"] * conf[hyps[0].cause]
     open_ = None
     if causal and (not hyps or close):
-        open_ = undetermined(causal, conf, judged, floor=th["infer.list_threshold"],
+        open_ = undetermined(causal, shown, judged, floor=th["infer.list_threshold"],
                              spread_min=th["infer.decider_spread"])
     return Ranking(order, conf, hyps, cands, advice, open_)
 
@@ -148,5 +151,6 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
         run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
         advice=ranking.advice, undetermined=ranking.undetermined,
-        timing_s=timing, run_dir=run_dir, steps=diagnosis.steps, report_threshold=th["infer.report_threshold"],
+        timing_s=timing, run_dir=run_dir, steps=diagnosis.steps,
+        report_threshold=calibrated(th["infer.report_threshold"], th),
         stored_in=getattr(store, "target", None))

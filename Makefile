@@ -22,9 +22,9 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/src/*.cpp native/src/*
 demo: install
 	$(BIN)/cann-debug demo
 
-# Two workers; each test module stays on one worker (tests/conftest.py), the quick benchmark's two readers share one.
+# Two workers, each test module on one (its module fixtures set up once); the quick benchmark trains once per worker.
 test: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 BENCH_STAMP := $(VENV)/.debugtune-bench-installed
 

@@ -37,19 +37,6 @@ def _isolated_home(tmp_path_factory, monkeypatch, _snapshot_cache):
     yield
 
 
-SHARES_QUICK_BENCH = {"test_fault_bench_quick.py", "test_detector_contract.py"}
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under ``pytest -n 2 --dist loadgroup`` (``make test``) each module runs on one worker, so its module
-    fixtures (real trainings, servers) are set up once; the modules reading the quick benchmark share a worker,
-    so it is trained once per session."""
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("quick_bench" if name in SHARES_QUICK_BENCH else name))
-
-
 @pytest.fixture(scope="session")
 def quick_bench(tmp_path_factory):
     """The fault benchmark's quick subset, trained and diagnosed once per test session (real trainings with the

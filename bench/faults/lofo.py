@@ -3,7 +3,7 @@
 A family is a kind of training program (MLP classifiers, recurrent models, MoE LMs, ...;
 ``debugtune.scenarios.programs.Program.family``). What is fitted — profiles, links, leaks, the temperature and the
 confidence map — sees only the other families; the last two are fitted on their own out-of-family predictions (an inner
-leave-one-family-out), so it carries the cost of generalising to a family it has not seen. The candidates
+leave-one-family-out), so they carry the cost of generalising to a family it has not seen. The candidates
 come from the rules over the knowledge base *without* any calibration (``base_store``), so a link learned on
 the held-out family cannot make its cause a candidate.
 """

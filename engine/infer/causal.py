@@ -316,7 +316,8 @@ def calibrated(p: float, th: Thresholds) -> float:
 
 
 def posterior(scores: Sequence[CauseScore], unknown: float, temperature: float) -> dict[str, float]:
-    """Calibrated confidences over the candidates and "unknown" (softmax of score / temperature)."""
+    """The posterior over the candidates and "unknown" (softmax of score / temperature): what decides what is
+    reported; ``calibrated`` turns a cause's posterior into the confidence shown."""
     logits = {s.cause: s.log_score / temperature for s in scores}
     logits[UNKNOWN] = unknown / temperature
     top = max(logits.values())

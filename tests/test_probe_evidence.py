@@ -10,7 +10,9 @@ torch = pytest.importorskip("torch")
 
 import debugtune  # noqa: E402
 from debugtune.engine.capture.probe import knowledge_thresholds  # noqa: E402
+from debugtune.engine.diagnose import Thresholds, diagnose_run  # noqa: E402
 from debugtune.engine.telemetry import read_run_json, read_telemetry  # noqa: E402
+from tests.diagnose_helpers import knowledge_store  # noqa: E402
 
 F = torch.nn.functional
 
@@ -177,6 +179,36 @@ def test_unnormalised_inputs_and_one_bad_batch(tmp_path, th):
     tel = train(tmp_path / "mixed", mixed, torch.optim.SGD(mixed.parameters(), lr=1e-6), th, steps=1,
                 batch_scale=lambda s: scale)
     assert tel.series("input_feature_scale_ratio")[1][0] > 500
+
+
+def test_the_output_gradient_names_the_loss_behind_the_outputs(tmp_path, th):
+    """A sigmoid ending the model is correct before BCELoss and a mismatch before BCEWithLogitsLoss; the outputs
+    look the same, the output gradient does not. A sigmoid in the loss code is invisible to the output hook."""
+    targets = batches(classes=4)
+    multi = ((x, F.one_hot(y, 4).float()) for x, y in targets)
+
+    found = {}
+
+    def run(name, squash, loss_fn):
+        base = mlp()
+        model = torch.nn.Sequential(base, torch.nn.Sigmoid()) if squash else base
+        tel = train(tmp_path / name, model, torch.optim.SGD(model.parameters(), lr=0.1), th, steps=6, data=multi,
+                    loss_fn=loss_fn)
+        found[name] = {f.symptom for f in diagnose_run(tmp_path / name, Thresholds.from_store(knowledge_store()),
+                                                       ["convergence"]).findings}
+        return {h: float(np.median(tel.series("output_loss_identity", h)[1]))
+                for h in tel.entities("output_loss_identity")}
+
+    bce = run("bce", True, F.binary_cross_entropy)
+    twice = run("twice", True, F.binary_cross_entropy_with_logits)
+    in_loss = run("in_loss", False, lambda out, y: F.binary_cross_entropy_with_logits(out.sigmoid(), y))
+    assert bce["bce_probs"] > 0.9 and bce["sigmoid_logits"] < 0.1
+    assert twice["sigmoid_logits"] > 0.9 and twice["bce_probs"] < 0.1
+    assert in_loss["sigmoid_twice"] > 0.9 and in_loss["sigmoid_logits"] < 0.1
+    wiring = {"OutputsNotLogits", "SquashBeforeLogitLoss"}
+    assert found["bce"] & wiring == set()  # correct as wired: not even the set-up fact is reported
+    assert found["twice"] & wiring == wiring
+    assert found["in_loss"] & wiring == {"SquashBeforeLogitLoss"}
 
 
 def test_softmax_inside_the_model_shows_in_its_output(tmp_path, th):
@@ -377,7 +409,9 @@ def test_evidence_never_changes_the_training(tmp_path, th):
     assert all(torch.equal(a, b) for a, b in zip(p0, p1, strict=True))
     meta = read_run_json(tmp_path / "run")["probe"]
     assert meta["errors"]["total"] == 0
-    assert len(read_telemetry(tmp_path / "run").series("grad_cos_prev")[1]) == 7
+    tel = read_telemetry(tmp_path / "run")
+    assert len(tel.series("grad_cos_prev")[1]) == 7
+    assert tel.series("output_loss_identity", "softmax_logits")[1].min() > 0.9  # the gradient hook ran, read only
 
 
 def test_a_step_skipped_by_grad_scaler_leaves_no_stale_gradient(tmp_path, th):

@@ -8,7 +8,6 @@ import math
 from dataclasses import replace
 
 import numpy as np
-import pyarrow.compute as pc
 import pytest
 import torch
 
@@ -131,15 +130,21 @@ def test_faults_change_what_they_claim():
 
 def test_the_loss_activation_sits_in_the_model_or_in_the_loss(tmp_path):
     """LossActivationMismatch: on even seeds the model's outputs are the activation's (the probe sees a simplex),
-    on odd seeds the model emits logits and the loss code squashes them; the loss is the same function either way."""
+    on odd seeds the model emits logits and the loss code squashes them; the loss is the same function either way,
+    and the output gradient says so both times (cross-entropy on the simplex; a softmax, then cross-entropy)."""
     over = {"steps": 12, **FAULTS["LossActivationMismatch"].resolve("digits_mlp", "mild")}
-    seen = {}
+    seen, loss = {}, {}
     for seed in (0, 1):
         programs.run("digits_mlp", over, seed=seed, run_dir=tmp_path / str(seed), probe=True)
-        table = read_telemetry(tmp_path / str(seed)).table
-        simplex = table.filter(pc.equal(table["metric"], "output_simplex_frac"))["value"].to_numpy()
+        tel = read_telemetry(tmp_path / str(seed))
+        simplex = tel.series("output_simplex_frac")[1]
         seen[seed] = float(simplex.mean()) if len(simplex) else 0.0
+        shares = {h: float(np.median(tel.series("output_loss_identity", h)[1])) for h in tel.entities(
+            "output_loss_identity")}
+        loss[seed] = shares
     assert seen[0] == pytest.approx(1.0) and seen[1] < 0.5
+    assert loss[0]["softmax_logits"] > 0.9 and loss[1]["softmax_twice"] > 0.9
+    assert loss[1]["softmax_logits"] < 0.1
     cfg = programs.make_config("digits_mlp", over, 0)
     assert (cfg.model_activation, cfg.loss_activation) == ("softmax", "logits")
     assert (replace(cfg, seed=1).model_activation, replace(cfg, seed=1).loss_activation) == ("logits", "softmax")

@@ -8,6 +8,9 @@
 - **Model output** (detail steps): std, min, max, exact-zero fraction and the fraction of rows (last dim)
   that are probability vectors (non-negative, summing to 1 within ``probe.simplex_tol``) of the first floating
   tensor of the output (``.logits`` of an HF-style output).
+- **Output gradient** (detail steps): which loss produced the gradient at the output
+  (``output_loss_identity``, entity = the hypothesis, value = the share of gradient elements it explains;
+  see ``loss_identity``), from a hook on the output tensor that reads its gradient and returns nothing.
 - **Weight layers** (detail steps, forward hooks): ``act_out_std`` of the output (the first tensor of a tuple
   output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;
   ConvNd: the channel dim) exactly zero for every sample; ``act_in_sat_frac`` when the whole input lies in
@@ -31,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.capture.loss_identity import KEYS as IDENTITY_KEYS
+from debugtune.engine.capture.loss_identity import MAX_KEY, MIN_KEY, TOL_KEY, LossIdentity
 from debugtune.engine.capture.probe_errors import ProbeErrors
 from debugtune.engine.capture.probe_measure import StepRows, start_stats
 from debugtune.native import STAT_FIELDS
@@ -172,6 +177,13 @@ class ForwardEvidence:
                           (SIMPLEX_KEY, "output_simplex_frac")):
             if thresholds.get(key) is None:
                 disabled[what] = f"no threshold {key!r}"
+        self.identity: LossIdentity | None = None
+        missing = [k for k in IDENTITY_KEYS if thresholds.get(k) is None]
+        if missing:
+            disabled["output_loss_identity"] = f"no threshold {missing[0]!r}"
+        else:
+            self.identity = LossIdentity(float(thresholds[TOL_KEY]), int(thresholds[MIN_KEY]),
+                                         int(thresholds[MAX_KEY]))
         conv = torch.nn.modules.conv._ConvNd
         self.layers = {name: LayerSignal(_feature_dim(isinstance(m, conv), len(getattr(m, "kernel_size", ()))))
                        for name, m in layers}
@@ -244,8 +256,19 @@ class ForwardEvidence:
                 hit, rows = simplex_rows(y, self.simplex_tol)
                 self.simplex[0] += hit
                 self.simplex[1] += rows
+            if self.identity is not None and y.requires_grad and y.dtype in (self._torch.float32,
+                                                                               self._torch.float64):
+                y.register_hook(partial(self._on_output_grad, y.detach()))
         except Exception as exc:  # noqa: BLE001
             self.errors.add("output_hook", exc)
+
+    def _on_output_grad(self, y: Any, grad: Any) -> None:
+        """Reads the output's gradient; returning None leaves the gradient the training uses as it was."""
+        try:
+            if self.identity is not None:
+                self.identity.observe(y, grad)
+        except Exception as exc:  # noqa: BLE001
+            self.errors.add("output_grad_hook", exc)
 
     def _on_layer(self, sig: LayerSignal, module: Any, args: Any, output: Any) -> None:
         try:
@@ -292,6 +315,9 @@ class ForwardEvidence:
             rows.add("convergence", "output_zero_frac", ("",), out.zeros / out.n)
         if self.simplex[1]:
             rows.add("convergence", "output_simplex_frac", ("",), self.simplex[0] / self.simplex[1])
+        identity = self.identity.take() if self.identity is not None else None
+        if identity is not None:
+            rows.add("convergence", "output_loss_identity", identity[0], identity[1])
         self.input, self.input_ratio, self.output, self.simplex = Moments(), None, Moments(), [0, 0]
         self._take_layers(rows)
 

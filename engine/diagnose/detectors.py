@@ -13,9 +13,9 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
+from debugtune.engine.diagnose import outputs, wiring
 from debugtune.engine.diagnose import stragglers as strag
 from debugtune.engine.diagnose import timeline as tl
-from debugtune.engine.diagnose import wiring
 from debugtune.engine.diagnose.registry import Detector
 
 _MIN = ("diagnose.min_steps", "diagnose.min_samples")
@@ -29,11 +29,13 @@ _HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN, *_EV)
 _HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples", *_EV)  # sampled counters
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
 _GN = (("grad_norm",),)
+_OUT, _LI = (("output_min",), ("output_max",)), "convergence.loss_identity.share"
 
 DETECTORS: tuple[Detector, ...] = (
     # -- gradient flow ---------------------------------------------------------------------------------
     Detector("gradient.nan_inf", "NaNOrInf", G, _GN, _GP, grad.nan_inf, grad.gradient_data),
-    Detector("gradient.explosion", "GradientExplosion", G, _GN, (*_GP, "gradient.explosion.*"),
+    Detector("gradient.explosion", "GradientExplosion", G, _GN, (*_GP, "gradient.explosion.*",
+                                                                 "gradient.update_ratio.high"),
              grad.explosion, grad.gradient_data),
     Detector("gradient.vanishing", "GradientVanishing", G, _GN,
              (*_GP, "gradient.vanishing.*"), grad.vanishing, grad.gradient_data),
@@ -97,8 +99,11 @@ DETECTORS: tuple[Detector, ...] = (
              wiring.input_scale, signature_of=("UnnormalizedInputs",)),
     Detector("input.batch_outlier", "InputBatchOutlier", C, (("input_std",),),
              (*_MIN, "input.batch_outlier.*"), wiring.batch_outlier),
-    Detector("convergence.outputs", "OutputsNotLogits", C, (("output_min",), ("output_max",)),
-             ("convergence.outputs.*",), wiring.output_range),
+    Detector("convergence.outputs", "OutputsNotLogits", C, _OUT, ("convergence.outputs.*", _LI),
+             outputs.output_range, outputs.output_data),
+    Detector("convergence.loss_identity", "SquashBeforeLogitLoss", C, (*_OUT, ("output_loss_identity",)),
+             ("convergence.outputs.*", _LI), outputs.loss_identity, outputs.output_data,
+             signature_of=("LossActivationMismatch",)),
     # -- convergence: experts --------------------------------------------------------------------------
     Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, *_EV, "moe.imbalance.*"),
              moe.imbalance, moe.expert_data),

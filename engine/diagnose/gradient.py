@@ -113,8 +113,9 @@ def nan_inf(ctx: Context, data: GradientData, out: Emit) -> None:
 
 
 def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
-    """Median over layers of ‖g‖/‖W‖ over the first steps (None without weight norms)."""
-    if not ctx.view.has("weight_norm") or norms.empty:
+    """Median over layers of ‖g‖/‖W‖ over the first steps (None without weight norms, or when the measured
+    first update is small: see ``_first_updates_small``)."""
+    if not ctx.view.has("weight_norm") or norms.empty or _first_updates_small(ctx):
         return None
     weights = _layers(ctx, ctx.view.by_entity("weight_norm"))
     k = min(ctx.th.as_int("gradient.explosion.init_steps"), norms.steps.size)
@@ -124,6 +125,23 @@ def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
     if not np.isfinite(r).any():
         return None
     return float(np.nanmedian(np.nanmedian(r, axis=1)))
+
+
+def _first_updates_small(ctx: Context) -> bool:
+    """The first recorded update is within the update band (median per-layer ‖ΔW‖/‖W‖ below
+    ``gradient.update_ratio.high``). A gradient as large as the weights predicts a too-large step only under
+    SGD; an adaptive optimiser (Adam: about lr per coordinate) bounds the step whatever the gradient, as with a
+    GAN's N(0, 0.02) initialisation. Where the update itself was measured it decides, not its proxy."""
+    if not ctx.view.has("update_ratio"):
+        return False
+    g = _layers(ctx, ctx.view.by_entity("update_ratio"))
+    if g.empty:
+        return False
+    k = min(ctx.th.as_int("gradient.explosion.init_steps"), g.steps.size)
+    cols = [j for j in range(k) if np.isfinite(g.values[:, j]).any()]
+    if not cols:
+        return False
+    return bool(np.nanmedian(g.values[:, cols[0]]) < ctx.th["gradient.update_ratio.high"])
 
 
 def _first_last_ratio(norms: Grid) -> np.ndarray:

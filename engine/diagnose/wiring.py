@@ -1,12 +1,12 @@
 """Detectors of how a training is wired, read from the probe's direct measurements: the scale of the model's
 input, a batch whose inputs are far off that scale, the forward signal at initialisation, gradients that are
-never zeroed, parameters the optimizer does not hold, outputs that are not logits, and a router biased at
-initialisation.
+never zeroed, parameters the optimizer does not hold and a router biased at initialisation (the model's
+outputs: ``outputs``).
 
 These tell causes apart directly where the downstream symptoms (a plateau, a spike, dead units) are shared by
 many causes. Each reads metrics the probe writes at step 0 and on detail steps (``docs/probe.md``); thresholds
-are ``input.*``, ``gradient.forward_signal.*``, ``gradient.stale.*``, ``gradient.not_optimized.*``,
-``convergence.outputs.*`` and ``moe.router_init.*`` in the knowledge base, each with its source.
+are ``input.*``, ``gradient.forward_signal.*``, ``gradient.stale.*``, ``gradient.not_optimized.*``
+and ``moe.router_init.*`` in the knowledge base, each with its source.
 """
 
 from __future__ import annotations
@@ -235,36 +235,6 @@ def not_optimized(ctx: Context, data: object, out: Emit) -> None:
         {"layers_not_optimized": len(idle), "layers_total": len(outside) + len(inside),
          "first_layer": ordered[0], "updated_elsewhere": False},
         "gradient.not_optimized", 0), (steps, np.ones(steps.size)))
-
-
-def output_range(ctx: Context, data: object, out: Emit) -> None:
-    """The model's outputs are probabilities or rectified values rather than logits: a softmax (rows on the
-    simplex), a ReLU (non-negative with many exact zeros) or a sigmoid (all within (0, 1)) inside the model.
-    In front of a loss that expects logits this squashes the error signal; with a loss that expects
-    probabilities it is correct, so this is a set-up fact that needs harm in the run before a cause is named."""
-    th = ctx.th
-    steps = ctx.view.steps("output_min")
-    lo, hi = ctx.view.series("output_min")[1], ctx.view.series("output_max")[1]
-    simplex = ctx.view.series("output_simplex_frac")[1] if ctx.view.has("output_simplex_frac") else np.zeros(lo.size)
-    zeros = ctx.view.series("output_zero_frac")[1] if ctx.view.has("output_zero_frac") else np.zeros(lo.size)
-    ok = np.isfinite(lo) & np.isfinite(hi)
-    if not ok.any():
-        raise NotJudged("no finite output range recorded")
-    lo, hi, simplex, zeros = lo[ok], hi[ok], np.nan_to_num(simplex[ok]), np.nan_to_num(zeros[ok])
-    need = th["convergence.outputs.share"]
-    kinds = {"softmax": simplex >= th["convergence.outputs.simplex_frac"],
-             "relu": (lo >= 0) & (zeros >= th["convergence.outputs.zero_frac"]),
-             "sigmoid": (lo >= 0) & (hi <= 1) & (zeros < th["convergence.outputs.zero_frac"])}
-    kind, mask = max(kinds.items(), key=lambda kv: float(kv[1].mean()))
-    share = float(mask.mean())
-    if share < need:
-        return
-    out.add(make_finding(
-        "OutputsNotLogits", "convergence", "", steps[ok], 0, int(ok.sum()) - 1, severity(share, need, 1.0),
-        {"kind": kind, "share_of_samples": share, "output_min": float(np.median(lo)),
-         "output_max": float(np.median(hi)), "simplex_frac": float(np.median(simplex)),
-         "zero_frac": float(np.median(zeros))},
-        "convergence.outputs", 0), (steps[ok], mask.astype(float)))
 
 
 def router_init(ctx: Context, data: object, out: Emit) -> None:

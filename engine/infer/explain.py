@@ -80,6 +80,14 @@ def _update_ratio(f: Finding) -> str:
 
 _OUTPUT_KIND = {"softmax": "probabilities (rows summing to 1)", "relu": "rectified (non-negative, many exact zeros)",
                 "sigmoid": "squashed into (0, 1)"}
+_LOSS_SEEN = {"softmax_logits": "cross-entropy, which applies its own softmax",
+              "sigmoid_logits": "BCEWithLogits, which applies its own sigmoid",
+              "sigmoid_twice": "a sigmoid and then BCEWithLogits (a second sigmoid)",
+              "sigmoid_softmax": "a sigmoid and then cross-entropy",
+              "softmax_twice": "a softmax and then cross-entropy",
+              "relu_softmax": "a ReLU and then cross-entropy", "relu_sigmoid": "a ReLU and then BCEWithLogits",
+              "relu": "a ReLU before the loss (a zero gradient on every negative output)"}
+
 
 def _underconfident(f: Finding) -> str:
     on_eval = f.evidence.get("accuracy_source") == "evaluation"
@@ -202,6 +210,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                    f"{_OUTPUT_KIND.get(str(f.evidence.get('kind')), 'squashed')}"
                                    f" (range {_g(f.evidence, 'output_min'):.3g} to {_g(f.evidence, 'output_max'):.3g}),"
                                    f" not logits"),
+    "SquashBeforeLogitLoss": lambda f: (f"the gradient at the model's output was exactly that of "
+                                        f"{_LOSS_SEEN.get(str(f.evidence.get('loss_seen')), 'a loss on logits')}"
+                                        f" on {_g(f.evidence, 'share'):.0%} of its elements (outputs "
+                                        f"{f.evidence.get('outputs', 'unknown')})"),
     "RouterBiasedAtInit": lambda f: (f"at initialisation router {f.entity} preferred one expert by "
                                      f"{_g(f.evidence, 'spread_nats'):.1f} nats "
                                      f"({_g(f.evidence, 'preference_factor'):.0f}× the median expert's probability)"),

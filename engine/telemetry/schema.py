@@ -77,6 +77,8 @@ CONVERGENCE_METRICS = {
     "output_max": "largest value of the model's output (detail steps)",
     "output_zero_frac": "fraction of exact zeros in the model's output (detail steps)",
     "output_simplex_frac": "fraction of output rows that are probability vectors (detail steps)",
+    "output_loss_identity": "share of the output gradient's elements a loss hypothesis explains exactly "
+                            "(entity: hypothesis; detail steps)",
     "router_bias_spread": "max - median over experts of a watched router's bias (entity: router; step 0)",
     "router_weight_std": "std of a watched router's weight (entity: router; step 0)",
     "router_logit_spread": "max - median over experts of the token-mean router logits (entity: router; detail steps)",

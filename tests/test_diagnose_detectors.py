@@ -173,6 +173,27 @@ def test_update_ratio_out_of_band(tmp_path, th, rng):
     assert "UpdateRatioTooLow" not in symptoms(d)
 
 
+def test_layers_stepping_from_zero_are_not_a_too_large_update(tmp_path, th, rng):
+    """Every layer all zeros before its first steps (word2vec's output vectors): the probe's ratio is then
+    ‖ΔW‖ / ‖W after‖ = 1 exactly, which says nothing of the step's size; the same ratio 1 off a real scale
+    is judged."""
+    def first_steps(value):
+        def put(v):
+            v = v.copy()
+            v[:20] = value
+            return v
+        return put
+
+    rows = classifier_rows(rng)
+    for layer in ("body.0", "body.2", "head"):
+        rows = replace_row(rows, "update_ratio", layer, first_steps(1.0))
+    assert "UpdateRatioTooHigh" not in symptoms(run_and_diagnose(tmp_path / "zero", th, {0: rows}))
+    rows = classifier_rows(rng)
+    for layer in ("body.0", "body.2", "head"):
+        rows = replace_row(rows, "update_ratio", layer, first_steps(0.9))
+    assert "UpdateRatioTooHigh" in symptoms(run_and_diagnose(tmp_path / "large", th, {0: rows}))
+
+
 def moe_rows(rng, n=N, hot_share=None, router_scale=1.0, dropped=0.0):
     rows = healthy_gradients(n, rng, layers=("embed", "blocks.0.attn", "head"))
     rows.append(("convergence", "loss", "", healthy_loss(n, rng, start=3.4, floor=0.9)))

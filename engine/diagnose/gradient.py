@@ -127,6 +127,17 @@ def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
     return float(np.nanmedian(np.nanmedian(r, axis=1)))
 
 
+def _update_ratios(ctx: Context) -> Grid:
+    """Per-layer ``update_ratio`` (input → output), without the samples of a layer stepping from exactly zero.
+    The probe divides by the weight after the step, so a layer that was all zeros before it (word2vec's output
+    vectors, LoRA's B, a zero-initialised residual branch) has ‖ΔW‖ = ‖W‖: a ratio of exactly 1 that says
+    nothing about the step's size, only that there was no scale yet to compare it with."""
+    grid = _layers(ctx, ctx.view.by_entity("update_ratio"))
+    v = grid.values.copy()
+    v[np.abs(v - 1.0) <= 1e-9] = np.nan
+    return Grid(grid.metric, grid.labels, grid.steps, v)
+
+
 def _first_updates_small(ctx: Context) -> bool:
     """The first recorded update is within the update band (median per-layer ‖ΔW‖/‖W‖ below
     ``gradient.update_ratio.high``). A gradient as large as the weights predicts a too-large step only under
@@ -134,7 +145,7 @@ def _first_updates_small(ctx: Context) -> bool:
     GAN's N(0, 0.02) initialisation. Where the update itself was measured it decides, not its proxy."""
     if not ctx.view.has("update_ratio"):
         return False
-    g = _layers(ctx, ctx.view.by_entity("update_ratio"))
+    g = _update_ratios(ctx)
     if g.empty:
         return False
     k = min(ctx.th.as_int("gradient.explosion.init_steps"), g.steps.size)
@@ -495,11 +506,11 @@ class UpdateBand:
 
 def _update_band(ctx: Context) -> UpdateBand | None:
     th = ctx.th
-    grid = _layers(ctx, ctx.view.by_entity("update_ratio"))
+    grid = _update_ratios(ctx)
     need_steps(ctx, grid.steps, "update_ratio")
     if grid.empty:
         return None
-    v = grid.values.copy()
+    v = grid.values
     v[v <= th["gradient.zero_update.eps"]] = np.nan  # frozen layers are ZeroUpdate's business
     if not np.isfinite(v).any():
         return None

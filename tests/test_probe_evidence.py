@@ -211,6 +211,19 @@ def test_the_output_gradient_names_the_loss_behind_the_outputs(tmp_path, th):
     assert found["in_loss"] & wiring == {"SquashBeforeLogitLoss"}
 
 
+def test_log_softmax_before_nll_is_correct_as_wired(tmp_path, th):
+    """The PyTorch MNIST example's wiring: log_softmax in the model, NLLLoss after it. Every output is negative
+    and only the target has a gradient; that is NLL of log-probabilities, not a ReLU in the loss code."""
+    model = torch.nn.Sequential(mlp(), torch.nn.LogSoftmax(dim=1))
+    tel = train(tmp_path / "run", model, torch.optim.SGD(model.parameters(), lr=0.1), th, steps=6,
+                loss_fn=F.nll_loss)
+    assert tel.series("output_loss_identity", "nll_logprobs")[1].min() > 0.9
+    assert tel.series("output_loss_identity", "relu_softmax")[1].max() == 0.0
+    found = {f.symptom for f in diagnose_run(tmp_path / "run", Thresholds.from_store(knowledge_store()),
+                                             ["convergence"]).findings}
+    assert not found & {"OutputsNotLogits", "SquashBeforeLogitLoss"}
+
+
 def test_softmax_inside_the_model_shows_in_its_output(tmp_path, th):
     def run(name, softmax):
         base = mlp()

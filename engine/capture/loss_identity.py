@@ -15,8 +15,11 @@ hypothesis). Soft targets (label smoothing, continuous pixels) land only where t
 
 A ReLU in the loss code leaves an exact zero gradient on every negative output, which a ratio cannot see (and
 on positive outputs ``relu_sigmoid`` is ``sigmoid_logits``): negative outputs with a zero gradient, in rows
-that have a gradient (a padded row has none anywhere), are counted as elements and as hits of the ReLU
-hypotheses (``GATED``). Under any loss on the raw outputs there are none: softmax and sigmoid are never 0.
+where some positive output has a gradient, are counted as elements, and as hits of a ReLU hypothesis
+(``GATED``) only when that hypothesis also explains most (half or more) of the positive outputs' gradients.
+Under a loss on logits there are none (softmax and sigmoid are never 0); NLL of ``log_softmax`` outputs (all
+negative, one gradient per row) has no positive output, and a hinge loss's zeros come with positive-output
+gradients no ReLU hypothesis explains.
 
 | hypothesis | loss the gradient is exactly that of | ratio for g > 0 / g < 0 |
 |---|---|---|
@@ -25,6 +28,7 @@ hypotheses (``GATED``). Under any loss on the raw outputs there are none: softma
 | bce_probs | BCE on outputs in [0, 1] | g·(1 − y), −g·y |
 | mse | squared error on outputs in [0, 1] with 0/1 targets | g / y, −g / (1 − y) |
 | nll_probs | NLL of log(y) (only the target has a gradient) | —, −g·y |
+| nll_logprobs | NLL of the outputs as log-probabilities (``log_softmax`` then ``NLLLoss``) | —, −g |
 | sigmoid_twice | a sigmoid, then BCEWithLogits (p = σ(y)) | g / (p(1−p)σ(p)), −g / (p(1−p)σ(−p)) |
 | relu_softmax | a ReLU, then cross-entropy (y > 0 only) | g / r, −g / (1 − r), r = softmax(relu(y)) |
 | sigmoid_softmax | a sigmoid, then cross-entropy | g / (p(1−p)s), −g / (p(1−p)(1 − s)), s = softmax(p) |
@@ -82,6 +86,12 @@ def _nll_probs(y: Any, g: Any) -> Any:
     return torch.where(g < 0, -g * y, torch.full_like(g, math.nan))
 
 
+def _nll_logprobs(y: Any, g: Any) -> Any:
+    import torch
+
+    return torch.where(g < 0, -g, torch.full_like(g, math.nan))
+
+
 def _sigmoid_twice(y: Any, g: Any) -> Any:
     p = y.sigmoid()
     d = p * (1 - p)
@@ -121,7 +131,8 @@ BOUNDED = ("bce_probs", "mse", "nll_probs")
 """Hypotheses that only make sense for outputs within [0, 1] (probabilities)."""
 HYPOTHESES: dict[str, Ratio] = {
     "sigmoid_logits": _sigmoid_logits, "softmax_logits": _softmax_logits, "bce_probs": _bce_probs,
-    "mse": _mse, "nll_probs": _nll_probs, "sigmoid_twice": _sigmoid_twice, "relu_softmax": _relu_softmax,
+    "mse": _mse, "nll_probs": _nll_probs, "nll_logprobs": _nll_logprobs, "sigmoid_twice": _sigmoid_twice,
+    "relu_softmax": _relu_softmax,
     "sigmoid_softmax": _sigmoid_softmax, "relu_sigmoid": _relu_sigmoid, "softmax_twice": _softmax_twice,
 }
 GATED = ("relu_softmax", "relu_sigmoid")
@@ -164,11 +175,14 @@ def identity_hits(y: Any, g: Any, tol: float, max_elements: int) -> tuple[dict[s
         stride = max(1, math.ceil(rows_y.shape[0] / keep))
         yd, gd = rows_y[::stride].double(), rows_g[::stride].double()
         picks = [_every(gd > 0, max_elements), _every(gd < 0, max_elements)]
-        gated = int(_every((yd < 0) & (gd == 0) & (gd != 0).any(dim=1, keepdim=True), max_elements).numel())
+        live = ((yd > 0) & (gd != 0)).any(dim=1, keepdim=True)
+        gated = int(_every((yd < 0) & (gd == 0) & live, max_elements).numel())
         n = sum(int(p.numel()) for p in picks)
         if n == 0:
             return None
         n += gated
+        flat = yd.reshape(-1)
+        positive = sum(int((flat[p] > 0).sum()) for p in picks)
         bounded = bool((yd >= 0).all() and (yd <= 1).all())
         hits = {}
         for name, ratio in HYPOTHESES.items():
@@ -176,7 +190,9 @@ def identity_hits(y: Any, g: Any, tol: float, max_elements: int) -> tuple[dict[s
                 hits[name] = 0
                 continue
             r = ratio(yd, gd).reshape(-1)
-            hits[name] = sum(densest(r[p], tol) for p in picks) + (gated if name in GATED else 0)
+            own = sum(densest(r[p], tol) for p in picks)
+            explains = name in GATED and positive > 0 and 2 * own >= positive
+            hits[name] = own + (gated if explains else 0)
         return hits, n
 
 

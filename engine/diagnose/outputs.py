@@ -20,6 +20,8 @@ from debugtune.engine.diagnose.registry import Emit, NotJudged
 
 ON_LOGITS = ("sigmoid_logits", "softmax_logits")
 """Losses that apply their own sigmoid or softmax to the outputs (BCEWithLogits, cross-entropy)."""
+ON_REAL = (*ON_LOGITS, "nll_logprobs")
+"""Losses that fit real-valued outputs: on logits, or NLL of log-probabilities (``log_softmax`` then NLL)."""
 SQUASHED_IN_LOSS = ("sigmoid_twice", "sigmoid_softmax", "softmax_twice", "relu_softmax", "relu_sigmoid")
 """An activation in the loss code, then a loss that applies its own."""
 
@@ -77,7 +79,7 @@ def _verdict(o: Outputs, squashed: bool) -> tuple[str, float, str, float]:
     """(best wrong hypothesis, its share, best right hypothesis, its share) given what the outputs are:
     squashed outputs are right under a loss built for probabilities and wrong under one that squashes again;
     real-valued outputs are right under a loss on logits and wrong under an activation in the loss code."""
-    wrong, right = (ON_LOGITS, BOUNDED) if squashed else (SQUASHED_IN_LOSS, ON_LOGITS)
+    wrong, right = (ON_LOGITS, BOUNDED) if squashed else (SQUASHED_IN_LOSS, ON_REAL)
 
     def best(names: tuple[str, ...]) -> tuple[str, float]:
         return max(((n, o.identity.get(n, 0.0)) for n in names), key=lambda kv: kv[1])

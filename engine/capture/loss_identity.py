@@ -63,6 +63,13 @@ def _sign(g: Any, pos: Any, neg: Any) -> Any:
     return torch.where(g > 0, pos, neg)
 
 
+def _only(mask: Any, r: Any) -> Any:
+    """``r`` where ``mask`` holds, NaN (no claim) elsewhere."""
+    import torch
+
+    return torch.where(mask, r, torch.full_like(r, math.nan))
+
+
 def _sigmoid_logits(y: Any, g: Any) -> Any:
     return _sign(g, g / y.sigmoid(), -g / (-y).sigmoid())
 
@@ -81,15 +88,11 @@ def _mse(y: Any, g: Any) -> Any:
 
 
 def _nll_probs(y: Any, g: Any) -> Any:
-    import torch
-
-    return torch.where(g < 0, -g * y, torch.full_like(g, math.nan))
+    return _only(g < 0, -g * y)
 
 
 def _nll_logprobs(y: Any, g: Any) -> Any:
-    import torch
-
-    return torch.where(g < 0, -g, torch.full_like(g, math.nan))
+    return _only(g < 0, -g)
 
 
 def _sigmoid_twice(y: Any, g: Any) -> Any:
@@ -99,16 +102,12 @@ def _sigmoid_twice(y: Any, g: Any) -> Any:
 
 
 def _relu_softmax(y: Any, g: Any) -> Any:
-    import torch
-
     r = y.clamp_min(0).softmax(dim=-1)
-    return torch.where(y > 0, _sign(g, g / r, -g / (1 - r)), torch.full_like(g, math.nan))
+    return _only(y > 0, _sign(g, g / r, -g / (1 - r)))
 
 
 def _relu_sigmoid(y: Any, g: Any) -> Any:
-    import torch
-
-    return torch.where(y > 0, _sigmoid_logits(y, g), torch.full_like(g, math.nan))
+    return _only(y > 0, _sigmoid_logits(y, g))
 
 
 def _sigmoid_softmax(y: Any, g: Any) -> Any:

@@ -33,6 +33,19 @@ def test_common_spellings_resolve(spelling, metric):
     assert dimension_of(metric) is not None
 
 
+@pytest.mark.parametrize(("name", "metric"), [
+    ("train/load_balancing_loss", "aux_loss"), ("train/moe_dropped_token_fraction", "dropped_token_frac"),
+    ("train_l_aux", "aux_loss"), ("train/num_dropped_tokens", "dropped_tokens"),
+    ("train/samples_per_second", "train/samples_per_second"), ("training/load_balancing_loss",
+                                                                "training/load_balancing_loss"),
+])
+def test_a_known_spelling_in_the_training_namespace_resolves(name, metric):
+    """HF Trainer's W&B/TensorBoard callbacks and Lightning's self.log put training keys under 'train/'; the rest
+    of the name is what the table knows (cases/metrics.ttl, dt:MetricNamespace). Unknown rests stay as logged."""
+    assert canonical(name) == metric
+    assert alias_table().namespaces == ("train_",)
+
+
 def test_unknown_names_pass_through_unchanged():
     for name in ("my/custom metric", "grad_log2_hist:2^-3", "loss_alarm_spike"):
         assert canonical(name) == name

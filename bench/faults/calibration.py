@@ -2,8 +2,9 @@
 refitted for every leave-one-family-out fold in milliseconds.
 
 What is fitted, all from the runs it is given and nothing else:
-- **profiles**: per injected cause and presentation (severity), the smoothed rate of every symptom its runs
-  could judge (``dt:CalibrationProfile``); the engine scores a cause as a mixture of its presentations;
+- **profiles**: per injected cause and presentation (program family and severity: ``presentation``), the smoothed
+  rate of every symptom its runs could judge (``dt:CalibrationProfile``); the engine scores a cause as a mixture
+  of its presentations;
 - **links**: a causal link from a cause to a symptom its runs report often and the healthy runs rarely, where
   the knowledge base has none (so the rules find the cause from that symptom); capped below the cause's
   strongest link;
@@ -137,6 +138,15 @@ class Calibration:
     confidence_map: tuple[float, float] | None = None   # (slope, offset) of the Platt map of shown confidences
 
 
+def presentation(s: Sample) -> str:
+    """The profile a faulty run is counted under: its program family and severity. A cause presents differently
+    on different kinds of model (a bad initialisation is too small where plain SGD keeps it and too large where
+    Adam or normalisation would undo a small one; only MoE runs can show expert imbalance), and a profile pooled
+    over families loses which symptoms go together: it would let a symptom of one family's presentation stand in
+    for another family's. The engine scores a cause as a mixture of the profiles that judged what the run judged."""
+    return f"{s.family}-{s.severity}" if s.family else (s.severity or "all")
+
+
 def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str, str], dict[str, tuple[float, int]]],
                                                dict[str, tuple[float, int]]]:
     """How often each symptom was reported per (injected cause, presentation), and on the healthy controls:
@@ -146,7 +156,7 @@ def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str
     for s in samples:
         # what the engine would take as evidence: nothing after a breakdown, each symptom at its strength
         ev = evidence(*before_breakdown(s.findings, s.judged), floor)
-        table = per[(s.truth, s.severity or "all")] if s.truth else healthy
+        table = per[(s.truth, presentation(s))] if s.truth else healthy
         for sym, x in ev.items():
             table[sym][1] += 1
             table[sym][0] += x.strength

@@ -170,11 +170,14 @@ def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence
     direct = {link.target for link in model.children.get(cause, ())}
     # a cause with calibration profiles is a mixture of its presentations (e.g. mild and severe on a given kind
     # of model): measured rates replace the propagated estimate, and the likelihoods of the profiles whose runs
-    # judged the same symptoms as this one (the same kind of model and telemetry) are averaged
+    # judged the same symptoms as this one (the same kind of model and telemetry) are averaged. The knowledge
+    # base's own links are one more presentation beside them: a run may present as no measured kind of run did (a
+    # stall profiled over a whole trace window must not veto the step-time regression of a stall that starts
+    # mid-run; a residual network that absorbs unnormalised inputs shows the input scale and nothing downstream)
     judged = set(ev)
-    profiles = [prof for prof in model.profiles.get(cause, ())
-                if _overlap(set(prof), judged) >= th["infer.profile_match"]] or list(model.profiles.get(cause, ()))
-    variants = [{**base, **{k: v for k, v in prof.items() if (cause, k) not in cut}} for prof in profiles] or [base]
+    every = list(model.profiles.get(cause, ()))
+    profiles = [prof for prof in every if _overlap(set(prof), judged) >= th["infer.profile_match"]] or every
+    variants = [{**base, **{k: v for k, v in prof.items() if (cause, k) not in cut}} for prof in profiles] + [base]
     logs = [sum(_term(x.strength, 1.0 - (1.0 - leak(th, sym)) * (1.0 - act.get(sym, 0.0)), w)
                 for sym, x in ev.items()) for act in variants]
     best = max(range(len(variants)), key=logs.__getitem__)

@@ -4,7 +4,9 @@ Loggers name one quantity many ways (Megatron's ``lm loss``, DeepSpeed's ``Train
 Lightning's ``train_loss``). Each spelling is a ``skos:altLabel`` of a ``dt:Metric`` whose ``dt:metricName``
 is the canonical name; an OWL 2 axiom annotation on it says which framework uses it (``skos:note``) and
 where that is documented (``dct:source``). Matching ignores case and treats ``/``, ``-``, blanks and ``_``
-alike; names the table does not know pass through unchanged.
+alike. A name in a logger's namespace (``dt:MetricNamespace``: HF Trainer's W&B and TensorBoard callbacks write
+``train/<key>``) whose rest is a known spelling reads as that spelling's metric. Names the table does not know pass
+through unchanged.
 
 :class:`AliasPlan` applies the table to one run: a spelling is renamed only when the run does not hold
 the canonical name itself, and of several spellings of one metric only the one with the most rows is
@@ -54,10 +56,21 @@ class AliasTable:
 
     aliases: tuple[Alias, ...]
     lookup: Mapping[str, str]
+    namespaces: tuple[str, ...] = ()   # normalised prefixes ("train_"), longest first
+
+    def find(self, name: str) -> str | None:
+        """The canonical name of ``name``: its own spelling, else its rest after a logger namespace; None if unknown."""
+        key = normalise(name)
+        if (metric := self.lookup.get(key)) is not None:
+            return metric
+        for prefix in self.namespaces:
+            if key.startswith(prefix) and (metric := self.lookup.get(key[len(prefix):])) is not None:
+                return metric
+        return None
 
     def resolve(self, name: str) -> str:
         """The canonical name of ``name``, or ``name`` itself when the table does not know it."""
-        return self.lookup.get(normalise(name), name)
+        return self.find(name) or name
 
     def spellings(self, metric: str) -> list[str]:
         """The spellings of a canonical metric, as the knowledge base writes them."""
@@ -86,12 +99,15 @@ def read_alias_table(path: str | Path | None = None) -> AliasTable:
 
     path = Path(path) if path is not None else _kb_file()
     name_of: dict[str, str] = {}
+    prefixes: set[str] = set()
     labels: list[tuple[str, str]] = []
     axioms: dict[str, dict[str, str]] = {}
     for t in ox.parse(path=str(path), format=ox.RdfFormat.TURTLE):
         s, p, o = str(t.subject.value), t.predicate.value, t.object
         if p == _DT + "metricName":
             name_of[s] = o.value
+        elif p == _DT + "namespacePrefix":
+            prefixes.add(normalise(o.value) + "_")
         elif p == _SKOS + "altLabel" and isinstance(t.subject, ox.NamedNode):
             labels.append((s, o.value))
         elif p in (_OWL + "annotatedSource", _OWL + "annotatedTarget", _SKOS + "note", _DCT + "source"):
@@ -111,7 +127,7 @@ def read_alias_table(path: str | Path | None = None) -> AliasTable:
             raise ValueError(f"{path}: spelling {spelling!r} names both {lookup[key]!r} and {metric!r}")
         lookup[key] = metric
         aliases.append(Alias(spelling, metric, axiom.get(_SKOS + "note", ""), axiom[_DCT + "source"]))
-    return AliasTable(tuple(aliases), lookup)
+    return AliasTable(tuple(aliases), lookup, tuple(sorted(prefixes, key=lambda x: (-len(x), x))))
 
 
 @cache

@@ -34,7 +34,7 @@ def metric_for(key: str) -> tuple[str, float] | None:
         return None
     if (converted := _CONVERTED.get(normalise(key))) is not None:
         return converted
-    if (metric := alias_table().lookup.get(normalise(key))) is not None:
+    if (metric := alias_table().find(key)) is not None:
         return metric, 1.0
     if norm.startswith("lr_") or norm.startswith("lr/"):  # Lightning LearningRateMonitor: 'lr-AdamW', 'lr-Adam/pg1'
         return "lr", 1.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import networkx as nx
 import pytest
 
@@ -102,6 +104,21 @@ def test_a_healthy_data_parallel_run_with_its_usual_communication_share_is_not_a
     r = top(model, th, findings, DDP)
     assert r.hypotheses == [], [(h.cause, round(h.confidence, 2)) for h in r.hypotheses]
     assert th["infer.leak.HighCommunicationShare"] > 5 * th["infer.leak"]
+
+
+def test_a_profile_from_another_kind_of_run_does_not_veto_the_links(model, th):
+    """The knowledge base's one profile of a stall is measured over whole trace windows, where no step-time
+    regression can show; a stall that starts mid-run shows one, as the links say (DataLoaderWait →
+    StepTimeRegression). Without the calibration's measured profiles (a family never seen), the links stay one
+    presentation of the mixture, so the regression is explained and the stall is named first."""
+    whole_window = [p for p in model.profiles["DataPipelineStall"] if "HostBound" in p]
+    assert whole_window and whole_window[0]["StepTimeRegression"] <= 0.05
+    unseen = replace(model, profiles={**model.profiles, "DataPipelineStall": whole_window})
+    stall = [f("DataLoaderWait", onset=100, dimension="hardware", wait_ms=40.0),
+             f("StepTimeRegression", onset=100, dimension="communication", relative_rise=2.0)]
+    r = top(unseen, th, stall, DDP)
+    assert best(r) == "DataPipelineStall"
+    assert "StepTimeRegression" in r.scores[0].explained
 
 
 def test_absent_expected_symptoms_argue_against_a_cause(model, th):

@@ -51,7 +51,10 @@ def test_gate_init_bias_every_section_matches_the_graph(store):
     for r in d["remedies"]:
         assert len(r["parameters"]) == _count(store, f"kb:{r['remedy']} dt:tuningParameter ?x") >= 1
     assert len(d["cases"]) == _count(store, "?x a dt:Case ; dt:confirmedCause kb:GateInitBias") == 3
-    assert len(d["calibration"]) == _count(store, "?x a dt:CalibrationProfile ; dt:profileOf kb:GateInitBias") == 2
+    # one profile per MoE family (top-1, top-2) and severity the fault bench measured it on
+    assert len(d["calibration"]) == _count(store, "?x a dt:CalibrationProfile ; dt:profileOf kb:GateInitBias") == 4
+    assert {p["profile"] for p in d["calibration"]} == {f"GateInitBias-moe_top{k}-{s}" for k in (1, 2)
+                                                      for s in ("mild", "severe")}
     for p in d["calibration"]:
         assert len(p["rates"]) == _count(store, f"<{KB}profile/{p['profile']}> dt:symptomRate ?x")
     symptoms = {r["to"] for r in d["links_out"]}

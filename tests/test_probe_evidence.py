@@ -211,6 +211,38 @@ def test_the_output_gradient_names_the_loss_behind_the_outputs(tmp_path, th):
     assert found["in_loss"] & wiring == {"SquashBeforeLogitLoss"}
 
 
+class _Spread(torch.nn.Module):
+    """Logits driven hundreds apart, as a learning rate far too high leaves them."""
+
+    def forward(self, x):
+        return 1000.0 * x
+
+
+def test_a_saturated_softmax_is_not_a_relu_before_the_loss(tmp_path, th):
+    """Logits hundreds apart round most softmax probabilities to exactly 0, so the negative outputs' gradients are
+    exact zeros, as a ReLU in the loss code gives, while the softmax's own ratios lose precision: the ReLU
+    hypothesis explains more elements than the loss that produced the gradient. The ReLU hypotheses are not
+    judged on such steps; a ReLU in the loss code on logits of the usual spread still is."""
+    found = {}
+
+    def run(name, model, loss_fn):
+        tel = train(tmp_path / name, model, torch.optim.SGD(model.parameters(), lr=1e-4), th, steps=6,
+                    loss_fn=loss_fn)
+        found[name] = {f.symptom for f in diagnose_run(tmp_path / name, Thresholds.from_store(knowledge_store()),
+                                                       ["convergence"]).findings}
+        return tel
+
+    spread = run("spread", torch.nn.Sequential(mlp(), _Spread()), F.cross_entropy)
+    relu = run("relu", mlp(), lambda out, y: F.cross_entropy(out.relu(), y))
+    span = spread.series("output_max")[1] - spread.series("output_min")[1]
+    assert span.min() > th["convergence.loss_identity.saturation_span"]
+    shares = {h: np.median(spread.series("output_loss_identity", h)[1]) for h in ("relu_softmax", "softmax_logits")}
+    assert shares["relu_softmax"] > shares["softmax_logits"]  # the zeros look like a ReLU
+    assert "SquashBeforeLogitLoss" not in found["spread"]
+    assert np.median(relu.series("output_loss_identity", "relu_softmax")[1]) > 0.9
+    assert "SquashBeforeLogitLoss" in found["relu"]
+
+
 def test_log_softmax_before_nll_is_correct_as_wired(tmp_path, th):
     """The PyTorch MNIST example's wiring: log_softmax in the model, NLLLoss after it. Every output is negative
     and only the target has a gradient; that is NLL of log-probabilities, not a ReLU in the loss code."""

@@ -178,8 +178,10 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
                                     th["calibration.link_margin"])
     h_rate = {k: v[0] / max(v[1], 1) for k, v in healthy.items()}
     leak_now = {sym: smoothed(k, m, th["infer.leak"], weight) for sym, (k, m) in healthy.items()}
-    leaks = {sym: (max(leak_now[sym], th["infer.leak_floor"]), k, m) for sym, (k, m) in healthy.items()
-             if m >= th.as_int("calibration.leak_min_controls")}
+    # the floor stands for causes outside the knowledge base; a symptom that observes its cause's mechanism has
+    # its own, lower floor (infer.leak_floor.<Symptom>)
+    leaks = {sym: (max(leak_now[sym], th.get(f"infer.leak_floor.{sym}") or th["infer.leak_floor"]), k, m)
+             for sym, (k, m) in healthy.items() if m >= th.as_int("calibration.leak_min_controls")}
     profiles: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     runs: dict[tuple[str, str], int] = {}
     links: dict[tuple[str, str], tuple[float, str]] = {}

@@ -29,7 +29,7 @@ _HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN, *_EV)
 _HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples", *_EV)  # sampled counters
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
 _GN = (("grad_norm",),)
-_OUT, _LI = (("output_min",), ("output_max",)), "convergence.loss_identity.share"
+_OUT, _LI = (("output_min",), ("output_max",)), "convergence.loss_identity.*"
 
 DETECTORS: tuple[Detector, ...] = (
     # -- gradient flow ---------------------------------------------------------------------------------

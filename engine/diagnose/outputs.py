@@ -67,12 +67,22 @@ def output_data(ctx: Context) -> Outputs:
     if ctx.view.has("output_loss_identity"):
         g = ctx.view.by_entity("output_loss_identity")
         id_steps = g.steps
+        saturable = _saturable(ctx, g.steps, steps[ok], hi - lo)
         for i, name in enumerate(g.labels):
-            row = g.values[i]
+            row = np.where(saturable, np.nan, g.values[i]) if str(name) in GATED else g.values[i]
             if np.isfinite(row).any():
                 identity[str(name)] = float(np.nanmedian(row))
                 shares[str(name)] = row
     return Outputs(steps[ok], kind, mask, lo, hi, simplex, zeros, identity, id_steps, shares)
+
+
+def _saturable(ctx: Context, at: np.ndarray, steps: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """Per step of ``at``: whether the outputs spanned enough for a softmax or sigmoid to round some probabilities
+    to exactly 0 or 1 (``convergence.loss_identity.saturation_span``). The exact zero gradients a ReLU hypothesis
+    takes for its own are then also those of a saturated loss on logits (a learning rate far too high drives the
+    logits apart by hundreds), so the ReLU hypotheses are not judged on such steps (nor where the span is unknown)."""
+    wide = dict(zip(steps.tolist(), (span > ctx.th["convergence.loss_identity.saturation_span"]).tolist(), strict=True))
+    return np.array([wide.get(int(s), True) for s in at], dtype=bool)
 
 
 def _verdict(o: Outputs, squashed: bool) -> tuple[str, float, str, float]:

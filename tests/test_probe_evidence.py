@@ -122,6 +122,7 @@ def test_recurrent_init_gain_is_the_median_over_its_matrices_and_token_ids_write
     assert tel.series("init_gain", "rnn")[1][0] == pytest.approx(np.median(gains), rel=0.1)
     assert "emb" not in tel.entities("init_gain")  # a lookup table, not a weight layer
     assert not {"input_mean", "input_std", "input_absmax"} & set(tel.metrics())
+    assert tel.series("input_token_distinct_frac")[1].min() > 0.3  # 96 ids drawn from 50
     meta = read_run_json(tmp_path / "lm")
     assert meta["probe"]["input"] == {"floating": False, "dtype": "torch.int64", "shape": [8, 12]}
     assert meta["layers"] == ["emb", "rnn", "head"]
@@ -156,6 +157,39 @@ def test_dead_relu_inputs_from_negative_biases(tmp_path, th):
     assert bad.series("act_out_std", "fc2")[1][0] == 0.0  # its input is all zeros: only the bias is left
 
 
+def test_units_born_dead_are_told_apart_from_units_killed_by_training(tmp_path):
+    """UnitsDeadAtInit needs the units dead before the first update: biases initialised at -8 give it; the same
+    biases pushed to -8 half-way through the run (what a huge update does) give DeadUnits alone."""
+    th = Thresholds.from_store(knowledge_store())
+
+    def run(name, bias_at):
+        model = Functional(F.relu)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        data = batches()
+        with debugtune.attach(model, opt, tmp_path / name, hardware=False, thresholds=th, detail_every=4) as probe:
+            for step in range(80):
+                if step == bias_at:
+                    with torch.no_grad():
+                        for fc in (model.fc1, model.fc2):
+                            fc.bias.fill_(-8.0)
+                opt.zero_grad()
+                x, y = next(data)
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                probe.log(loss=loss.item())
+        return diagnose_run(tmp_path / name, th, ["gradient"])
+
+    healthy, born, killed = run("h", None), run("born", 0), run("killed", 40)
+    symptoms = {name: {f.symptom for f in d.findings} for name, d in (("h", healthy), ("born", born),
+                                                                     ("killed", killed))}
+    assert "UnitsDeadAtInit" in healthy.judged and not {"UnitsDeadAtInit", "DeadUnits"} & symptoms["h"]
+    assert {"UnitsDeadAtInit", "DeadUnits"} <= symptoms["born"]
+    assert "DeadUnits" in symptoms["killed"] and "UnitsDeadAtInit" not in symptoms["killed"]
+    (f,) = [f for f in born.findings if f.symptom == "UnitsDeadAtInit"]
+    assert f.evidence["act_in_dead_frac_at_init"] == 1.0 and f.evidence["first_step"] == 0
+
+
 def test_unnormalised_inputs_and_one_bad_batch(tmp_path, th):
     def run(name, **kw):
         model = mlp()
@@ -179,6 +213,35 @@ def test_unnormalised_inputs_and_one_bad_batch(tmp_path, th):
     tel = train(tmp_path / "mixed", mixed, torch.optim.SGD(mixed.parameters(), lr=1e-6), th, steps=1,
                 batch_scale=lambda s: scale)
     assert tel.series("input_feature_scale_ratio")[1][0] > 500
+
+
+def test_a_batch_of_one_repeated_token_is_an_outlier_batch_and_a_shuffled_one_is_not(tmp_path):
+    """Token ids have no scale; their diversity is the batch's level: a batch of one repeated id (a broken shard)
+    is found from the probe's input_token_distinct_frac, a healthy stream of varied batches is not."""
+    th = Thresholds.from_store(knowledge_store())
+
+    def run(name, bad_steps):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Embedding(200, 16), torch.nn.Flatten(), torch.nn.Linear(16 * 12, 200))
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(1)
+
+        def stream():
+            for step in range(40):
+                ids = torch.randint(0, 200, (16, 12), generator=g)
+                yield (torch.full_like(ids, 7) if step in bad_steps else ids), torch.randint(0, 200, (16,), generator=g)
+
+        tel = train(tmp_path / name, model, opt, th, steps=40, data=stream(), detail_every=10)
+        return tel, diagnose_run(tmp_path / name, th, ["convergence"])
+
+    healthy, found = run("h", ())
+    assert 0.4 < healthy.series("input_token_distinct_frac")[1].min()
+    assert "InputBatchOutlier" in found.judged and "InputBatchOutlier" not in {f.symptom for f in found.findings}
+    bad, found = run("b", (25, 26))
+    frac = bad.series("input_token_distinct_frac")[1]
+    assert frac[25] == frac[26] == pytest.approx(1 / 192) and np.delete(frac, [25, 26]).min() > 0.4
+    (f,) = [f for f in found.findings if f.symptom == "InputBatchOutlier"]
+    assert f.onset_step == 25 and f.evidence["ratio"] > 50 and "batch_distinct_frac" in f.evidence
 
 
 def test_the_output_gradient_names_the_loss_behind_the_outputs(tmp_path, th):

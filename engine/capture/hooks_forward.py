@@ -3,8 +3,10 @@
 - **Model input** (every recorded step): mean, std and abs-max of the first floating-point tensor in the
   model's forward arguments, over the step's training forwards (``input_*``); on detail steps also
   ``input_feature_scale_ratio``, max over median of the per-feature std over the batch (features: last dim
-  of a 2-D input, dim 1 of a 3-D or larger one; zero-std features skipped). Integer inputs (token ids) give
-  nothing; run.json says what the input was.
+  of a 2-D input, dim 1 of a 3-D or larger one; zero-std features skipped). For integer inputs (token ids)
+  instead ``input_token_distinct_frac`` (every recorded step): distinct ids over ids among the first
+  ``probe.token_distinct_max_ids`` of the step's first training forward, the token analogue of a batch's scale
+  (a batch of one repeated id or of padding has far fewer). run.json says what the input was.
 - **Model output** (detail steps): std, min, max, exact-zero fraction and the fraction of rows (last dim)
   that are probability vectors (non-negative, summing to 1 within ``probe.simplex_tol``) of the first floating
   tensor of the output (``.logits`` of an HF-style output).
@@ -43,6 +45,7 @@ from debugtune.native import STAT_FIELDS
 BAND_KEY = "probe.bounded_sat_band"
 ZERO_KEY = "probe.bounded_max_zero_frac"
 SIMPLEX_KEY = "probe.simplex_tol"
+TOKENS_KEY = "probe.token_distinct_max_ids"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
 
 
@@ -127,6 +130,15 @@ def feature_scale_ratio(x: Any) -> float | None:
     return float(std.max() / np.median(std)) if len(std) else None
 
 
+def distinct_share(t: Any, cap: int) -> float | None:
+    """Distinct values over values among the first ``cap`` of integer tensor ``t`` (None below two values)."""
+    import torch
+
+    with torch.no_grad():
+        flat = t.detach().reshape(-1)[:cap]
+        return int(torch.unique(flat).numel()) / flat.numel() if flat.numel() >= 2 else None
+
+
 def simplex_rows(x: Any, tol: float) -> tuple[int, int]:
     """(rows along the last dim that are probability vectors, rows)."""
     import torch
@@ -173,8 +185,9 @@ class ForwardEvidence:
         self.band = thresholds.get(BAND_KEY)
         self.max_zero = thresholds.get(ZERO_KEY)
         self.simplex_tol = thresholds.get(SIMPLEX_KEY)
+        self.token_cap = thresholds.get(TOKENS_KEY)
         for key, what in ((BAND_KEY, "act_in_sat_frac"), (ZERO_KEY, "act_in_sat_frac"),
-                          (SIMPLEX_KEY, "output_simplex_frac")):
+                          (SIMPLEX_KEY, "output_simplex_frac"), (TOKENS_KEY, "input_token_distinct_frac")):
             if thresholds.get(key) is None:
                 disabled[what] = f"no threshold {key!r}"
         self.identity: LossIdentity | None = None
@@ -193,6 +206,7 @@ class ForwardEvidence:
         self._order_handles: list[Any] = []
         self.input = Moments()
         self.input_ratio: float | None = None
+        self.token_share: float | None = None
         self.input_kind: dict[str, Any] = {"floating": None, "dtype": None, "shape": None}
         self.output = Moments()
         self.simplex = [0, 0]
@@ -236,6 +250,9 @@ class ForwardEvidence:
                 t = first_tensor((args, kwargs))
                 self.input_kind = {"floating": False, "dtype": None if t is None else str(t.dtype),
                                    "shape": None if t is None else list(t.shape)}
+                if (t is not None and self.token_cap is not None and self.token_share is None
+                        and not t.dtype.is_complex and t.dtype != self._torch.bool):
+                    self.token_share = distinct_share(t, int(self.token_cap))
                 return
             self.input_kind = {"floating": True, "dtype": str(x.dtype), "shape": list(x.shape)}
             self.input.add(_row(x))
@@ -307,6 +324,8 @@ class ForwardEvidence:
             rows.add("convergence", "input_absmax", ("",), inp.absmax)
         if self.input_ratio is not None:
             rows.add("convergence", "input_feature_scale_ratio", ("",), self.input_ratio)
+        if self.token_share is not None:
+            rows.add("convergence", "input_token_distinct_frac", ("",), self.token_share)
         out = self.output
         if out.n > 0:
             rows.add("convergence", "output_std", ("",), out.std)
@@ -318,7 +337,8 @@ class ForwardEvidence:
         identity = self.identity.take() if self.identity is not None else None
         if identity is not None:
             rows.add("convergence", "output_loss_identity", identity[0], identity[1])
-        self.input, self.input_ratio, self.output, self.simplex = Moments(), None, Moments(), [0, 0]
+        self.input, self.input_ratio, self.token_share = Moments(), None, None
+        self.output, self.simplex = Moments(), [0, 0]
         self._take_layers(rows)
 
     def _take_layers(self, rows: StepRows) -> None:

@@ -392,6 +392,32 @@ def dead_units(ctx: Context, data: GradientData, out: Emit) -> None:
         (grid.steps, ffill(grid.values[i])))
 
 
+def dead_at_init(ctx: Context, data: GradientData, out: Emit) -> None:
+    """Units born dead: at the first recorded step, before any update could kill them, most of a hidden layer's
+    input units are zero for every sample, and they stay dead (the DeadUnits criterion).
+
+    Training kills ReLUs by large updates (a learning rate too high); units dead before the first update were
+    initialised dead: biases or weights that make the pre-activation negative for every input (Lu et al. 2019
+    show deep ReLU nets can be born dead). A healthy initialisation leaves a unit dead across a whole batch only
+    by chance. "Most" is DeepDiagnosis's dead-layer share, ``gradient.dead_units.act_zero_frac``."""
+    th = ctx.th
+    grid = _consumer_grid(ctx, "act_in_dead_frac")
+    need_steps(ctx, grid.steps, "act_in_dead_frac")
+    born = th["gradient.dead_units.act_zero_frac"]
+    rows = [r for r in _persistent_rows(ctx, grid, th["gradient.dead_units.act_in_dead_frac"], "gradient.dead_units")
+            if np.isfinite(grid.values[r[0]][0]) and grid.values[r[0]][0] >= born]
+    if not rows:
+        return
+    i = max(rows, key=lambda r: grid.values[r[0]][0])[0]
+    at_init = float(grid.values[i][0])
+    out.add(make_finding(
+        "UnitsDeadAtInit", DIM, str(grid.labels[i]), grid.steps, 0, grid.steps.size - 1,
+        0.5 + 0.5 * float(np.clip((at_init - born) / max(1.0 - born, 1e-9), 0.0, 1.0)),
+        {"act_in_dead_frac_at_init": at_init, "first_step": int(grid.steps[0]), "threshold": born,
+         "layers_affected": len(rows), "layers_total": len(grid.labels)},
+        "gradient.dead_at_init", 0), (grid.steps, ffill(grid.values[i])))
+
+
 def dead_outputs(ctx: Context, data: GradientData, out: Emit) -> None:
     """Output units that receive no gradient: something between the logits and the loss cuts it (a ReLU or
     clamp on the logits before a from-logits loss).

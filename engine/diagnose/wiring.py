@@ -69,19 +69,17 @@ def input_scale(ctx: Context, data: object, out: Emit) -> None:
                          "input.scale", 0), (all_steps, ffill(ctx.view.series("input_std")[1])))
 
 
-def batch_outlier(ctx: Context, data: object, out: Emit) -> None:
-    """A step whose input scale is far from the running level of the steps before it: a corrupt batch.
-
-    The sample standard deviation of a batch of n i.i.d. inputs has a relative standard error of about
-    √((κ − 1)/(4n)) for kurtosis κ, so within one distribution a batch off by ``input.batch_outlier.ratio`` is
-    many standard errors away; batches of hard but valid examples are not."""
+def _off_level(ctx: Context, metric: str, out: Emit, drops_only: bool, names: tuple[str, str]) -> None:
+    """InputBatchOutlier where ``metric`` is ``input.batch_outlier.ratio`` or more away from the trailing median of
+    the ``input.batch_outlier.window_steps`` steps before it (only below it when ``drops_only``)."""
     th = ctx.th
-    steps, std = ctx.view.series("input_std")
-    need_steps(ctx, steps, "input_std")
-    s = ffill(np.where(np.isfinite(std), std, np.nan))
+    steps, v = ctx.view.series(metric)
+    need_steps(ctx, steps, metric)
+    s = ffill(np.where(np.isfinite(v), v, np.nan))
     window = ctx.persist("input.batch_outlier.window_steps", steps)
-    level = trailing_median(np.log(np.maximum(s, 1e-30)), window)
-    ratio = np.exp(np.abs(np.log(np.maximum(s, 1e-30)) - level))
+    logs = np.log(np.maximum(s, 1e-30))
+    level = trailing_median(logs, window)
+    ratio = np.exp(level - logs if drops_only else np.abs(logs - level))
     limit = th["input.batch_outlier.ratio"]
     hit = ratio >= limit
     hit[:window] = False
@@ -92,9 +90,29 @@ def batch_outlier(ctx: Context, data: object, out: Emit) -> None:
     out.add(make_finding(
         "InputBatchOutlier", "convergence", "", steps, first, int(idx[-1]),
         severity(float(ratio[peak]), limit, limit * 100),
-        {"ratio": float(ratio[peak]), "batch_std": float(s[peak]), "typical_std": float(np.exp(level[peak])),
+        {"ratio": float(ratio[peak]), names[0]: float(s[peak]), names[1]: float(np.exp(level[peak])),
          "outlier_steps": int(idx.size), "peak_step": int(steps[peak])},
         "input.batch_outlier", first), (steps, np.log10(ratio)))
+
+
+def batch_outlier(ctx: Context, data: object, out: Emit) -> None:
+    """A step whose input scale is far from the running level of the steps before it: a corrupt batch.
+
+    The sample standard deviation of a batch of n i.i.d. inputs has a relative standard error of about
+    √((κ − 1)/(4n)) for kurtosis κ, so within one distribution a batch off by ``input.batch_outlier.ratio`` is
+    many standard errors away; batches of hard but valid examples are not."""
+    _off_level(ctx, "input_std", out, False, ("batch_std", "typical_std"))
+
+
+def token_outlier(ctx: Context, data: object, out: Emit) -> None:
+    """A step whose token ids are far less diverse than the steps before it: a batch of one repeated id, a
+    broken shard (OLMo 2 traced loss spikes to documents of long repeated n-grams).
+
+    The number D of distinct ids among n draws from a fixed distribution is a sum of negatively correlated
+    indicators, so Var(D) ≤ E(D): a batch with ``input.batch_outlier.ratio`` times fewer distinct ids than its
+    neighbours is several standard errors off whenever they have 10 or more. Only drops count: more distinct ids
+    than usual is an easier batch, not a corrupt one."""
+    _off_level(ctx, "input_token_distinct_frac", out, True, ("batch_distinct_frac", "typical_distinct_frac"))
 
 
 def forward_signal(ctx: Context, data: object, out: Emit) -> None:

@@ -63,12 +63,20 @@ def _explosion(f: Finding) -> str:
             f"from step {f.onset_step}")
 
 
+_DEAD_WHAT = {"act_in_dead_frac": "input units", "act_zero_frac": "activations", "grad_zero_frac": "gradient entries"}
+
+
 def _dead(f: Finding) -> str:
     e = f.evidence
-    key = "act_zero_frac" if "act_zero_frac" in e else "grad_zero_frac"
-    what = "activations" if key == "act_zero_frac" else "gradient entries"
-    return (f"{_g(e, key):.0%} of {f.entity}'s {what} were zero from step {f.onset_step} "
+    key = next((k for k in _DEAD_WHAT if k in e), "grad_zero_frac")
+    return (f"{_g(e, key):.0%} of {f.entity}'s {_DEAD_WHAT[key]} were zero from step {f.onset_step} "
             f"({int(_g(e, 'layers_affected', 1))} layer(s) above {_g(e, 'threshold'):.0%})")
+
+
+def _dead_at_init(f: Finding) -> str:
+    e = f.evidence
+    return (f"at step {int(_g(e, 'first_step', 0))}, before any update, {_g(e, 'act_in_dead_frac_at_init'):.0%} of "
+            f"{f.entity}'s input units were zero for every sample, and they stayed dead")
 
 
 def _update_ratio(f: Finding) -> str:
@@ -108,6 +116,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "LossSpike": _spike,
     "GradientExplosion": _explosion,
     "DeadUnits": _dead,
+    "UnitsDeadAtInit": _dead_at_init,
     "UpdateRatioAbnormal": _update_ratio,
     "UpdateRatioTooHigh": _update_ratio,
     "UpdateRatioTooLow": _update_ratio,
@@ -194,9 +203,13 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                      f"{_g(f.evidence, 'input_mean'):.3g}, std {_g(f.evidence, 'input_std'):.3g})"
                                      + (f", features on scales {_g(f.evidence, 'feature_scale_ratio'):.0f}× apart"
                                         if "feature_scale_ratio" in f.evidence else "") + " instead of about 1"),
-    "InputBatchOutlier": lambda f: (f"the batch of step {int(_g(f.evidence, 'peak_step', f.onset_step))} had inputs "
-                                    f"{_g(f.evidence, 'ratio'):.0f}× off the usual scale (std "
-                                    f"{_g(f.evidence, 'batch_std'):.3g} vs {_g(f.evidence, 'typical_std'):.3g})"),
+    "InputBatchOutlier": lambda f: (f"the batch of step {int(_g(f.evidence, 'peak_step', f.onset_step))} had "
+                                    + (f"{_g(f.evidence, 'ratio'):.0f}× fewer distinct token ids than usual ("
+                                       f"{_g(f.evidence, 'batch_distinct_frac'):.2%} of its ids vs "
+                                       f"{_g(f.evidence, 'typical_distinct_frac'):.2%})"
+                                       if "batch_distinct_frac" in f.evidence else
+                                       f"inputs {_g(f.evidence, 'ratio'):.0f}× off the usual scale (std "
+                                       f"{_g(f.evidence, 'batch_std'):.3g} vs {_g(f.evidence, 'typical_std'):.3g})")),
     "ForwardSignalVanishing": lambda f: (f"at the first step the model's output was "
                                          f"{_g(f.evidence, 'end_to_end_gain'):.1e} of its input's scale "
                                          f"(output std {_g(f.evidence, 'output_std'):.1e})"),

@@ -4,9 +4,10 @@
   model's forward arguments, over the step's training forwards (``input_*``); on detail steps also
   ``input_feature_scale_ratio``, max over median of the per-feature std over the batch (features: last dim
   of a 2-D input, dim 1 of a 3-D or larger one; zero-std features skipped). For integer inputs (token ids)
-  instead ``input_token_distinct_frac`` (every recorded step): distinct ids over ids among the first
-  ``probe.token_distinct_max_ids`` of the step's first training forward, the token analogue of a batch's scale
-  (a batch of one repeated id or of padding has far fewer). run.json says what the input was.
+  instead ``input_token_distinct_frac`` (every recorded step): among the first ``probe.token_distinct_max_ids``
+  ids of the step's first training forward, the distinct ids other than the most frequent one (a padded batch's
+  padding) over the ids that are not it; the token analogue of a batch's scale (a batch of one repeated id has
+  none). run.json says what the input was.
 - **Model output** (detail steps): std, min, max, exact-zero fraction and the fraction of rows (last dim)
   that are probability vectors (non-negative, summing to 1 within ``probe.simplex_tol``) of the first floating
   tensor of the output (``.logits`` of an HF-style output).
@@ -131,12 +132,18 @@ def feature_scale_ratio(x: Any) -> float | None:
 
 
 def distinct_share(t: Any, cap: int) -> float | None:
-    """Distinct values over values among the first ``cap`` of integer tensor ``t`` (None below two values)."""
+    """Among the first ``cap`` values of integer tensor ``t``, the distinct values other than the most frequent
+    one over the number of values that are not it (0 when every value is the same; None below two values).
+    Leaving the most frequent id out keeps a padded batch's padding from counting as a lack of diversity."""
     import torch
 
     with torch.no_grad():
         flat = t.detach().reshape(-1)[:cap]
-        return int(torch.unique(flat).numel()) / flat.numel() if flat.numel() >= 2 else None
+        if flat.numel() < 2:
+            return None
+        values, counts = torch.unique(flat, return_counts=True)
+        rest = flat.numel() - int(counts.max())
+        return (values.numel() - 1) / rest if rest else 0.0
 
 
 def simplex_rows(x: Any, tol: float) -> tuple[int, int]:

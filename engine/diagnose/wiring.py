@@ -111,7 +111,8 @@ def token_outlier(ctx: Context, data: object, out: Emit) -> None:
     The number D of distinct ids among n draws from a fixed distribution is a sum of negatively correlated
     indicators, so Var(D) ≤ E(D): a batch with ``input.batch_outlier.ratio`` times fewer distinct ids than its
     neighbours is several standard errors off whenever they have 10 or more. Only drops count: more distinct ids
-    than usual is an easier batch, not a corrupt one."""
+    than usual is an easier batch, not a corrupt one. The probe leaves the batch's most frequent id out of the
+    count (padding), so a padded batch is judged by its real tokens; a batch of one id has none."""
     _off_level(ctx, "input_token_distinct_frac", out, True, ("batch_distinct_frac", "typical_distinct_frac"))
 
 

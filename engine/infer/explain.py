@@ -73,6 +73,19 @@ def _dead(f: Finding) -> str:
             f"({int(_g(e, 'layers_affected', 1))} layer(s) above {_g(e, 'threshold'):.0%})")
 
 
+def _batch_outlier(f: Finding) -> str:
+    e = f.evidence
+    head = f"the batch of step {int(_g(e, 'peak_step', f.onset_step))} "
+    if "batch_distinct_frac" not in e:
+        return head + (f"had inputs {_g(e, 'ratio'):.0f}× off the usual scale (std {_g(e, 'batch_std'):.3g} vs "
+                       f"{_g(e, 'typical_std'):.3g})")
+    usual = f"usually {_g(e, 'typical_distinct_frac'):.0%} of the ids other than the most frequent are distinct"
+    if _g(e, "batch_distinct_frac") == 0:
+        return head + f"was one token id repeated ({usual})"
+    return head + (f"had {_g(e, 'ratio'):.0f}× fewer distinct token ids than usual "
+                   f"({_g(e, 'batch_distinct_frac'):.1%}; {usual})")
+
+
 def _dead_at_init(f: Finding) -> str:
     e = f.evidence
     return (f"at step {int(_g(e, 'first_step', 0))}, before any update, {_g(e, 'act_in_dead_frac_at_init'):.0%} of "
@@ -203,13 +216,7 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                      f"{_g(f.evidence, 'input_mean'):.3g}, std {_g(f.evidence, 'input_std'):.3g})"
                                      + (f", features on scales {_g(f.evidence, 'feature_scale_ratio'):.0f}× apart"
                                         if "feature_scale_ratio" in f.evidence else "") + " instead of about 1"),
-    "InputBatchOutlier": lambda f: (f"the batch of step {int(_g(f.evidence, 'peak_step', f.onset_step))} had "
-                                    + (f"{_g(f.evidence, 'ratio'):.0f}× fewer distinct token ids than usual ("
-                                       f"{_g(f.evidence, 'batch_distinct_frac'):.2%} of its ids vs "
-                                       f"{_g(f.evidence, 'typical_distinct_frac'):.2%})"
-                                       if "batch_distinct_frac" in f.evidence else
-                                       f"inputs {_g(f.evidence, 'ratio'):.0f}× off the usual scale (std "
-                                       f"{_g(f.evidence, 'batch_std'):.3g} vs {_g(f.evidence, 'typical_std'):.3g})")),
+    "InputBatchOutlier": _batch_outlier,
     "ForwardSignalVanishing": lambda f: (f"at the first step the model's output was "
                                          f"{_g(f.evidence, 'end_to_end_gain'):.1e} of its input's scale "
                                          f"(output std {_g(f.evidence, 'output_std'):.1e})"),

@@ -72,7 +72,8 @@ CONVERGENCE_METRICS = {
     "input_std": "std of the model's floating-point input in the step",
     "input_absmax": "max |x| of the model's floating-point input in the step",
     "input_feature_scale_ratio": "max / median of the per-feature std of the model input (detail steps)",
-    "input_token_distinct_frac": "distinct ids over ids in the model's integer input (token ids) in the step",
+    "input_token_distinct_frac": "distinct ids over ids in the model's integer input (token ids), the most "
+                                 "frequent id (padding) left out",
     "output_std": "std of the model's output (detail steps)",
     "output_min": "smallest value of the model's output (detail steps)",
     "output_max": "largest value of the model's output (detail steps)",

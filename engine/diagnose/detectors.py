@@ -46,7 +46,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("gradient.dead_units", "DeadUnits", G, (("act_in_dead_frac", "act_zero_frac", "grad_zero_frac"),),
              (*_GP, "gradient.dead_units.*"), grad.dead_units, grad.gradient_data, signature_of=("DyingReLU",)),
     Detector("gradient.dead_at_init", "UnitsDeadAtInit", G, (("act_in_dead_frac",),),
-             (*_GP, "gradient.dead_units.*"), grad.dead_at_init, grad.gradient_data),
+             (*_GP, "gradient.dead_units.*", "gradient.dead_at_init.*"), grad.dead_at_init, grad.gradient_data),
     Detector("gradient.dead_outputs", "DeadOutputUnits", G, (("grad_norm",), ("grad_zero_frac",)),
              (*_GP, "gradient.dead_outputs.*", "gradient.zero_update.eps", "gradient.vanishing.loss_share"),
              grad.dead_outputs, grad.gradient_data),

@@ -399,11 +399,11 @@ def dead_at_init(ctx: Context, data: GradientData, out: Emit) -> None:
     Training kills ReLUs by large updates (a learning rate too high); units dead before the first update were
     initialised dead: biases or weights that make the pre-activation negative for every input (Lu et al. 2019
     show deep ReLU nets can be born dead). A healthy initialisation leaves a unit dead across a whole batch only
-    by chance. "Most" is DeepDiagnosis's dead-layer share, ``gradient.dead_units.act_zero_frac``."""
+    by chance. "Most" is DeepDiagnosis's dead-layer share, ``gradient.dead_at_init.share``."""
     th = ctx.th
     grid = _consumer_grid(ctx, "act_in_dead_frac")
     need_steps(ctx, grid.steps, "act_in_dead_frac")
-    born = th["gradient.dead_units.act_zero_frac"]
+    born = th["gradient.dead_at_init.share"]
     rows = [r for r in _persistent_rows(ctx, grid, th["gradient.dead_units.act_in_dead_frac"], "gradient.dead_units")
             if np.isfinite(grid.values[r[0]][0]) and grid.values[r[0]][0] >= born]
     if not rows:

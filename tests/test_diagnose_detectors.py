@@ -309,3 +309,19 @@ def test_balance_loss_negligible_only_without_a_balancing_term(tmp_path, th, rng
     assert 0.5 < weak.severity < 1.0 and weak.evidence["aux_share_of_loss"] < th["moe.balance_loss.max_share"]
     d = run_and_diagnose(tmp_path / "unlogged", th, {0: moe_rows(rng)})
     assert "BalanceLossNegligible" not in d.judged
+
+
+def test_a_balancing_term_negligible_in_itself_once_the_loss_has_fallen(tmp_path, th, rng):
+    """A classifier's loss falls a hundredfold: a coefficient of 1e-4 is then a large share of it, yet the term
+    (coefficient times a balance loss of about 1) still bounds the coefficient far below the 1e-3 in common use."""
+    def rows(coeff):
+        base = [r for r in moe_rows(rng) if r[1] != "loss"]
+        loss = 2.0 * np.exp(-np.arange(N) / (N / 6)) + 0.004
+        return [*base, ("convergence", "loss", "", loss),
+                ("convergence", "aux_loss", "", coeff * (1.0 + 0.2 * rng.random(N)))]
+
+    weak = finding(run_and_diagnose(tmp_path / "weak", th, {0: rows(1e-4)}), "BalanceLossNegligible")
+    assert weak.evidence["aux_share_of_loss"] > th["moe.balance_loss.max_share"]  # the share alone misses it
+    assert weak.evidence["aux_loss"] < th["moe.balance_loss.max_term"]
+    d = run_and_diagnose(tmp_path / "mixtral", th, {0: rows(1e-3)})  # Mixtral's coefficient
+    assert "BalanceLossNegligible" in d.judged and "BalanceLossNegligible" not in symptoms(d)

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from debugtune.engine.capture.loss_identity import HYPOTHESES, LossIdentity, identity_hits  # noqa: E402
+from debugtune.engine.capture.loss_identity import HYPOTHESES, LossIdentity, identity_hits, sampled_rows  # noqa: E402
 from debugtune.engine.capture.probe import knowledge_thresholds  # noqa: E402
 
 F = torch.nn.functional
@@ -25,8 +25,8 @@ def shares(th, loss, squash=None, shape=(N, K), seed=0):
     out = y if squash is None else squash(y)
     out.retain_grad()
     loss(out).backward()
-    got = identity_hits(out.detach(), out.grad, th["probe.loss_identity_tol"],
-                        int(th["probe.loss_identity_max_elements"]))
+    cap = int(th["probe.loss_identity_max_elements"])
+    got = identity_hits(*sampled_rows(out.detach(), out.grad, cap), th["probe.loss_identity_tol"], cap)
     assert got is not None
     hits, n = got
     return {h: v / n for h, v in hits.items()}
@@ -90,7 +90,7 @@ def test_losses_without_a_closed_form_are_explained_by_no_hypothesis(th, case):
 
 def test_half_precision_and_too_few_elements_give_nothing(th):
     y = torch.randn(N, K)
-    assert identity_hits(y.half(), y.half(), 1e-5, 1000) is None
+    assert sampled_rows(y.half(), y.half(), 1000) is None
     acc = LossIdentity(th["probe.loss_identity_tol"], int(th["probe.loss_identity_min_elements"]), 1000)
     small = torch.randn(2, 3, requires_grad=True)
     F.cross_entropy(small, torch.tensor([0, 1])).backward()

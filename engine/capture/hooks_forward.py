@@ -13,7 +13,9 @@
   tensor of the output (``.logits`` of an HF-style output).
 - **Output gradient** (detail steps): which loss produced the gradient at the output
   (``output_loss_identity``, entity = the hypothesis, value = the share of gradient elements it explains;
-  see ``loss_identity``), from a hook on the output tensor that reads its gradient and returns nothing.
+  see ``loss_identity``), from a hook on the output tensor that reads its gradient and returns nothing; where
+  that loss is cross-entropy or BCE on logits, the labels it used against the model's predictions
+  (``output_label_kappa``, ``output_label_error_rank``; see ``label_agreement``).
 - **Weight layers** (detail steps, forward hooks): ``act_out_std`` of the output (the first tensor of a tuple
   output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;
   ConvNd: the channel dim) exactly zero for every sample; ``act_in_sat_frac`` when the whole input lies in
@@ -37,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.capture.label_agreement import KEYS as LABEL_KEYS
+from debugtune.engine.capture.label_agreement import MIN_ROWS_KEY, SHARE_KEY, LabelAgreement
 from debugtune.engine.capture.loss_identity import KEYS as IDENTITY_KEYS
 from debugtune.engine.capture.loss_identity import MAX_KEY, MIN_KEY, TOL_KEY, LossIdentity
 from debugtune.engine.capture.probe_errors import ProbeErrors
@@ -202,8 +206,14 @@ class ForwardEvidence:
         if missing:
             disabled["output_loss_identity"] = f"no threshold {missing[0]!r}"
         else:
+            labels = None
+            absent = [k for k in LABEL_KEYS if thresholds.get(k) is None]
+            if absent:
+                disabled["output_label_kappa"] = f"no threshold {absent[0]!r}"
+            else:
+                labels = LabelAgreement(float(thresholds[SHARE_KEY]), int(thresholds[MIN_ROWS_KEY]))
             self.identity = LossIdentity(float(thresholds[TOL_KEY]), int(thresholds[MIN_KEY]),
-                                         int(thresholds[MAX_KEY]))
+                                         int(thresholds[MAX_KEY]), labels)
         conv = torch.nn.modules.conv._ConvNd
         self.layers = {name: LayerSignal(_feature_dim(isinstance(m, conv), len(getattr(m, "kernel_size", ()))))
                        for name, m in layers}
@@ -344,6 +354,9 @@ class ForwardEvidence:
         identity = self.identity.take() if self.identity is not None else None
         if identity is not None:
             rows.add("convergence", "output_loss_identity", identity[0], identity[1])
+        labels = self.identity.labels.take() if self.identity is not None and self.identity.labels else None
+        for metric, value in (labels or {}).items():
+            rows.add("convergence", metric, ("",), value)
         self.input, self.input_ratio, self.token_share = Moments(), None, None
         self.output, self.simplex = Moments(), [0, 0]
         self._take_layers(rows)

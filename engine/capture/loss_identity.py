@@ -49,6 +49,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from debugtune.engine.capture.label_agreement import LabelAgreement
+
 TOL_KEY = "probe.loss_identity_tol"
 MIN_KEY = "probe.loss_identity_min_elements"
 MAX_KEY = "probe.loss_identity_max_elements"
@@ -160,9 +162,9 @@ def _every(mask: Any, cap: int) -> Any:
     return idx[::max(1, math.ceil(idx.numel() / cap))]
 
 
-def identity_hits(y: Any, g: Any, tol: float, max_elements: int) -> tuple[dict[str, int], int] | None:
-    """(elements in each hypothesis's densest window, gradient elements looked at) for output ``y`` and its
-    gradient ``g``; None for half-precision gradients or no non-zero element."""
+def sampled_rows(y: Any, g: Any, max_elements: int) -> tuple[Any, Any] | None:
+    """Whole rows of output ``y`` and its gradient ``g`` (every k-th, about ``max_elements`` elements, at least
+    ``MIN_ROWS`` rows) in double precision; None for half-precision gradients or mismatched shapes."""
     import torch
 
     if g.dtype not in (torch.float32, torch.float64) or g.shape != y.shape:
@@ -172,7 +174,15 @@ def identity_hits(y: Any, g: Any, tol: float, max_elements: int) -> tuple[dict[s
         rows_y, rows_g = y.detach().reshape(-1, k), g.detach().reshape(-1, k)
         keep = max(MIN_ROWS, max_elements // k)
         stride = max(1, math.ceil(rows_y.shape[0] / keep))
-        yd, gd = rows_y[::stride].double(), rows_g[::stride].double()
+        return rows_y[::stride].double(), rows_g[::stride].double()
+
+
+def identity_hits(yd: Any, gd: Any, tol: float, max_elements: int) -> tuple[dict[str, int], int] | None:
+    """(elements in each hypothesis's densest window, gradient elements looked at) for the sampled rows of an
+    output and its gradient (``sampled_rows``); None when no gradient element is non-zero."""
+    import torch
+
+    with torch.no_grad():
         picks = [_every(gd > 0, max_elements), _every(gd < 0, max_elements)]
         live = ((yd > 0) & (gd != 0)).any(dim=1, keepdim=True)
         gated = int(_every((yd < 0) & (gd == 0) & live, max_elements).numel())
@@ -198,16 +208,23 @@ def identity_hits(y: Any, g: Any, tol: float, max_elements: int) -> tuple[dict[s
 class LossIdentity:
     """Accumulates the hits of a step's output gradients (several forwards pool) until the step is taken."""
 
-    def __init__(self, tol: float, min_elements: int, max_elements: int) -> None:
+    def __init__(self, tol: float, min_elements: int, max_elements: int, labels: LabelAgreement | None = None) -> None:
         self.tol, self.min_elements, self.max_elements = tol, min_elements, max_elements
+        self.labels = labels
         self.hits: dict[str, int] = {}
         self.n = 0
 
     def observe(self, y: Any, g: Any) -> None:
-        got = identity_hits(y, g, self.tol, self.max_elements)
+        rows = sampled_rows(y, g, self.max_elements)
+        if rows is None:
+            return
+        yd, gd = rows
+        got = identity_hits(yd, gd, self.tol, self.max_elements)
         if got is None:
             return
         hits, n = got
+        if self.labels is not None:
+            self.labels.observe(yd, gd, hits, n)
         for name, h in hits.items():
             self.hits[name] = self.hits.get(name, 0) + h
         self.n += n

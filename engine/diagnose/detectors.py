@@ -13,7 +13,7 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
-from debugtune.engine.diagnose import outputs, wiring
+from debugtune.engine.diagnose import labels, outputs, wiring
 from debugtune.engine.diagnose import stragglers as strag
 from debugtune.engine.diagnose import timeline as tl
 from debugtune.engine.diagnose.registry import Detector
@@ -108,6 +108,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("convergence.loss_identity", "SquashBeforeLogitLoss", C, (*_OUT, ("output_loss_identity",)),
              ("convergence.outputs.*", _LI), outputs.loss_identity, outputs.output_data,
              signature_of=("LossActivationMismatch",)),
+    Detector("convergence.label_errors", "LabelErrorsAtRandom", C,
+             (("output_label_kappa",), ("output_label_error_rank",)), (*_MIN, "convergence.label_errors.*"),
+             labels.label_errors),
     # -- convergence: experts --------------------------------------------------------------------------
     Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, *_EV, "moe.imbalance.*"),
              moe.imbalance, moe.expert_data),

@@ -202,23 +202,25 @@ def dropping(ctx: Context, data: ExpertData, out: Emit) -> None:
 
 
 def balance_loss(ctx: Context, data: object, out: Emit) -> None:
-    """The load-balancing loss term (``aux_loss``, as added to the loss) a negligible share of the training loss:
-    the router gets no balancing gradient (coefficient 0, or far below the usual 1e-2)."""
+    """The load-balancing loss term (``aux_loss``, as added to the loss) a negligible share of the training loss,
+    or negligible in itself (the balance loss is about 1 or more, so the term bounds the coefficient): the router
+    gets no balancing gradient (coefficient 0, or far below the usual 1e-3 to 1e-2)."""
     th, view = ctx.th, ctx.view
     steps, aux = view.series("aux_loss")
     need_steps(ctx, steps, "aux_loss")
     ls, loss = view.series("loss")
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.abs(ffill(aux)) / np.abs(np.interp(steps, ls, ffill(loss)))
-    limit = th["moe.balance_loss.max_share"]
-    mask = np.nan_to_num(share, nan=np.inf) < limit
+    limit, least = th["moe.balance_loss.max_share"], th["moe.balance_loss.max_term"]
+    term = np.abs(ffill(aux))
+    mask = (np.nan_to_num(share, nan=np.inf) < limit) | (np.nan_to_num(term, nan=np.inf) < least)
     persist = ctx.persist("moe.persist_steps", steps)
     start = first_run(mask, persist)
     if start is None or mask[start:].mean() < th["moe.persist_frac"]:
         return
-    level = float(np.nanmedian(share[start:]))
+    level, size = float(np.nanmedian(share[start:])), float(np.nanmedian(term[start:]))
     out.add(make_finding(
         "BalanceLossNegligible", DIM, "", steps, start, steps.size - 1,
-        severity(limit / max(level, limit * 1e-3), 1.0, 1e3),
-        {"aux_share_of_loss": level, "aux_loss": float(np.nanmedian(np.abs(aux[start:]))), "threshold": limit},
+        max(severity(limit / max(level, limit * 1e-3), 1.0, 1e3), severity(least / max(size, least * 1e-3), 1.0, 1e3)),
+        {"aux_share_of_loss": level, "aux_loss": size, "threshold": limit, "threshold_term": least},
         "moe.balance_loss", start + persist - 1), (steps, share))

@@ -130,6 +130,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "GradientExplosion": _explosion,
     "DeadUnits": _dead,
     "UnitsDeadAtInit": _dead_at_init,
+    "LabelErrorsAtRandom": lambda f: (f"where the labels contradict the model (which agrees with them "
+                                      f"{_g(f.evidence, 'kappa'):.0%} beyond chance), they name a class ranked "
+                                      f"{_g(f.evidence, 'error_rank'):.2f} of the way down the others: about "
+                                      f"{_g(f.evidence, 'random_share_of_errors'):.0%} of them at random"),
     "UpdateRatioAbnormal": _update_ratio,
     "UpdateRatioTooHigh": _update_ratio,
     "UpdateRatioTooLow": _update_ratio,
@@ -162,8 +166,9 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "Overfitting": lambda f: (f"validation loss rose {_g(f.evidence, 'relative_rise'):.0%} above its minimum "
                               f"{_g(f.evidence, 'eval_loss_min'):.3g} from step {f.onset_step} while the training loss "
                               f"kept falling"),
-    "BalanceLossNegligible": lambda f: (f"the load-balancing loss was {_g(f.evidence, 'aux_share_of_loss'):.1e} of the "
-                                        f"training loss from step {f.onset_step} (no balancing pressure)"),
+    "BalanceLossNegligible": lambda f: (f"the load-balancing loss was {_g(f.evidence, 'aux_loss'):.1e}, "
+                                        f"{_g(f.evidence, 'aux_share_of_loss'):.1e} of the training loss, from step "
+                                        f"{f.onset_step} (no balancing pressure)"),
     "DeadExperts": lambda f: (f"{int(_g(f.evidence, 'dead_experts'))} of {int(_g(f.evidence, 'experts'))} experts got "
                               f"almost no tokens from step {f.onset_step}"),
     "TokenDropping": lambda f: (f"{_g(f.evidence, 'drop_fraction'):.1%} of token assignments were dropped from step "

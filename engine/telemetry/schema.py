@@ -81,6 +81,10 @@ CONVERGENCE_METRICS = {
     "output_simplex_frac": "fraction of output rows that are probability vectors (detail steps)",
     "output_loss_identity": "share of the output gradient's elements a loss hypothesis explains exactly "
                             "(entity: hypothesis; detail steps)",
+    "output_label_kappa": "agreement beyond chance of the labels (read from the output gradient) with the "
+                          "model's predictions (detail steps)",
+    "output_label_error_rank": "mean rank, scaled to [0, 1], of the label among the non-predicted classes on "
+                               "rows it contradicts (detail steps)",
     "router_bias_spread": "max - median over experts of a watched router's bias (entity: router; step 0)",
     "router_weight_std": "std of a watched router's weight (entity: router; step 0)",
     "router_logit_spread": "max - median over experts of the token-mean router logits (entity: router; detail steps)",

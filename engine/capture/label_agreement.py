@@ -1,0 +1,110 @@
+"""What the training labels say of the model's own predictions (``output_label_*``, detail steps).
+
+The output gradient carries the labels the loss used. Under cross-entropy on logits with hard targets it is
+``c·(softmax(y) − onehot(t))``: a row's one negative element is its target. Under BCE on logits it is
+``c·(σ(y) − t)``: each element's sign is its target. Where ``loss_identity`` finds one of these two losses
+behind most of a step's gradient (``convergence.loss_identity.share``), the probe reads, for the rows it
+samples, the label and the model's prediction (the arg-max class; for BCE, each element above 0.5). The labels
+themselves are never seen.
+
+Labels corrupted at random and labels that are merely hard differ in how the model's disagreements fall:
+
+- ``output_label_kappa``: agreement beyond chance, ``(a − m) / (1 − m)``, ``a`` the share of rows whose
+  prediction is their label and ``m`` the share of the most frequent label (what a constant guess gets).
+  A model that learnt the clean rule under a share ``η`` of labels replaced uniformly reaches about
+  ``1 − η``; a model that learnt nothing, 0.
+- ``output_label_error_rank``: on rows whose label is not the prediction (three classes or more), the
+  label's rank among the other classes by the model's probability, scaled to [0, 1] (0: the runner-up).
+  A label replaced at random is uniform over them (mean 0.5); a hard example's label is mostly the model's
+  second guess (near 0), as are the errors of a model still learning.
+Read together, they tell random corruption (kappa well above 0, errors as far from the runner-up as chance)
+from underfitting and intrinsic ambiguity (errors on the runner-up) and from a model that learnt nothing
+(kappa near 0). Two classes and BCE give the kappa only. How sure the model is where it is contradicted (the
+AUROC of its confidence for agreement, 0.5 for labels flipped independently of the input) was measured on the
+fault bench and left out: a model still learning is unsure everywhere and scores as low. The hook only reads
+tensors it is handed; cost: one softmax and comparison over the identity's sampled rows (at most
+``probe.loss_identity_max_elements`` elements), under 2 ms for a 10-class batch on one CPU core.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SHARE_KEY = "convergence.loss_identity.share"
+MIN_ROWS_KEY = "probe.label_agreement_min_rows"
+KEYS = (SHARE_KEY, MIN_ROWS_KEY)
+LOSSES = ("softmax_logits", "sigmoid_logits")
+"""The identity hypotheses whose gradient gives away a hard target (see the module docstring)."""
+
+
+def _softmax_units(yd: Any, gd: Any) -> tuple[Any, Any, Any] | None:
+    """(agrees, target, error rank) of rows with exactly one negative gradient element."""
+    import torch
+
+    if yd.shape[-1] < 2:
+        return None
+    hard = (gd < 0).sum(dim=-1) == 1
+    if not bool(hard.any()):
+        return None
+    y, g = yd[hard], gd[hard]
+    p = y.softmax(dim=-1)
+    pred = p.argmax(dim=-1)
+    target = g.argmin(dim=-1)
+    agrees = pred == target
+    k = y.shape[-1]
+    rank = torch.empty(0, dtype=y.dtype)
+    if k >= 3 and bool((~agrees).any()):
+        pe, te = p[~agrees], target[~agrees]
+        above = (pe > pe.gather(-1, te[:, None])).sum(dim=-1) - 1  # classes above the label, less the prediction
+        rank = above.to(y.dtype) / (k - 2)
+    return agrees, target, rank
+
+
+def _sigmoid_units(yd: Any, gd: Any) -> tuple[Any, Any, Any] | None:
+    """(agrees, target, no rank) of the non-zero gradient elements under BCE on logits."""
+    import torch
+
+    live = gd != 0
+    if not bool(live.any()):
+        return None
+    y, g = yd[live], gd[live]
+    target = (g < 0).long()
+    pred = (y > 0).long()
+    return pred == target, target, torch.empty(0, dtype=y.dtype)
+
+
+class LabelAgreement:
+    """Pools a step's labelled rows (several forwards) until the step is taken."""
+
+    def __init__(self, share: float, min_rows: int) -> None:
+        self.share, self.min_rows = share, min_rows
+        self.parts: list[tuple[Any, Any, Any]] = []
+
+    def observe(self, yd: Any, gd: Any, hits: dict[str, int], n: int) -> None:
+        """``yd``/``gd``: the identity's sampled rows (double); ``hits``/``n``: its counts for them."""
+        best = max(LOSSES, key=lambda h: hits.get(h, 0))
+        if n <= 0 or hits.get(best, 0) < self.share * n:
+            return
+        got = _softmax_units(yd, gd) if best == "softmax_logits" else _sigmoid_units(yd, gd)
+        if got is not None:
+            self.parts.append(got)
+
+    def take(self) -> dict[str, float] | None:
+        """The step's metrics (those its rows allow), or None under ``min_rows`` rows; resets."""
+        import torch
+
+        parts, self.parts = self.parts, []
+        if not parts:
+            return None
+        agrees = torch.cat([p[0] for p in parts])
+        target = torch.cat([p[1] for p in parts])
+        rank = torch.cat([p[2] for p in parts])
+        n = int(agrees.numel())
+        if n < self.min_rows:
+            return None
+        a = float(agrees.double().mean())
+        m = float(torch.bincount(target).max()) / n
+        out = {"output_label_kappa": (a - m) / (1 - m) if m < 1 else 0.0}
+        if rank.numel():
+            out["output_label_error_rank"] = float(rank.mean())
+        return out

@@ -1,0 +1,50 @@
+"""Detector of the labels themselves: where they contradict a model that has learnt, do they name a class at
+random (labels replaced independently of the input) or the model's runner-up (hard examples, a model still
+learning)?
+
+Reads the probe's ``output_label_kappa`` and ``output_label_error_rank`` (``engine/capture/label_agreement``:
+the labels come from the output gradient under cross-entropy on logits). Thresholds: ``convergence.label_errors.*``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from debugtune.engine.diagnose.base import Context, make_finding, severity
+from debugtune.engine.diagnose.registry import Emit, need_steps
+
+DIM = "convergence"
+
+
+def label_errors(ctx: Context, data: object, out: Emit) -> None:
+    """In the run's second half the model agrees with its labels well beyond chance, yet the labels that
+    contradict it rank among its other classes as low as a class drawn at random.
+
+    A label replaced at random (Angluin & Laird's random classification noise) is uniform over the classes the
+    model did not predict, so its scaled rank averages 0.5; a hard example's label, or the error of a model
+    still learning, is mostly the runner-up (rank 0). The agreement beyond chance must be clear first: the
+    errors of a model that has learnt nothing are at random too. A model that memorises its wrong labels pulls
+    them up the ranking (Arpit et al. 2017), so the finding fades as the training fits them; two classes leave
+    no ranking and are not judged."""
+    th, view = ctx.th, ctx.view
+    ks, kappa = view.series("output_label_kappa")
+    need_steps(ctx, ks, "output_label_kappa")
+    cut = ks[int(ks.size * th["convergence.label_errors.judge_from_frac"])]
+    late = ks >= cut
+    agreement = float(np.nanmedian(kappa[late]))
+    rs, rank = view.series("output_label_error_rank")  # absent (not judged): two classes, BCE, or no error
+    if agreement < th["convergence.label_errors.min_kappa"]:
+        return
+    errs = rs >= cut
+    if errs.sum() < th.as_int("diagnose.min_samples"):
+        return  # the model agrees with nearly every label of the second half: nothing contradicts it
+    level = float(np.nanmedian(rank[errs]))
+    limit = th["convergence.label_errors.rank"]
+    if not level >= limit:
+        return
+    first = int(np.searchsorted(rs, cut))
+    out.add(make_finding(
+        "LabelErrorsAtRandom", DIM, "", rs, first, rs.size - 1, severity(level, limit, 0.5),
+        {"error_rank": level, "kappa": agreement, "random_share_of_errors": min(1.0, 2.0 * level),
+         "threshold": limit, "steps_judged": int(errs.sum())},
+        "convergence.label_errors", rs.size - 1), (rs, rank))

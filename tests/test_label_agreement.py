@@ -1,0 +1,108 @@
+"""The labels read from the output gradient (engine/capture/label_agreement.py) and the detector of labels that
+contradict the model at random (engine/diagnose/labels.py), on real small CPU trainings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from debugtune.engine.capture.label_agreement import LabelAgreement  # noqa: E402
+from debugtune.engine.capture.loss_identity import identity_hits, sampled_rows  # noqa: E402
+from debugtune.engine.diagnose import Thresholds, diagnose_run  # noqa: E402
+from tests.diagnose_helpers import knowledge_store  # noqa: E402
+from tests.test_probe_evidence import mlp, train  # noqa: E402
+
+F = torch.nn.functional
+K = 10
+
+
+@pytest.fixture(scope="module")
+def th():
+    return Thresholds.from_store(knowledge_store())
+
+
+def _observe(th, logits, loss_fn, targets):
+    y = logits.clone().requires_grad_()
+    loss_fn(y, targets).backward()
+    cap = int(th["probe.loss_identity_max_elements"])
+    rows = sampled_rows(y.detach(), y.grad, cap)
+    acc = LabelAgreement(th["convergence.loss_identity.share"], int(th["probe.label_agreement_min_rows"]))
+    acc.observe(*rows, *identity_hits(*rows, th["probe.loss_identity_tol"], cap))
+    return acc.take()
+
+
+def test_the_gradient_gives_the_labels_and_the_agreement_beyond_chance(th):
+    """Cross-entropy on logits: the agreement share and rank are those of the labels the loss was given."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(400, K, generator=g) * 3
+    pred = logits.argmax(dim=1)
+    targets = pred.clone()
+    flip = torch.arange(400) % 4 == 0  # a quarter replaced by a class the model ranks last
+    targets[flip] = logits[flip].argmin(dim=1)
+    got = _observe(th, logits, F.cross_entropy, targets)
+    agree = 0.75
+    m = float(torch.bincount(targets).max()) / 400
+    assert got["output_label_kappa"] == pytest.approx((agree - m) / (1 - m), abs=1e-9)
+    assert got["output_label_error_rank"] == pytest.approx(1.0)  # every contradicting label ranked last
+    # BCE on logits: each element's sign is its target; no ranking
+    tags = (torch.rand(400, K, generator=g) < 0.3).float()
+    got = _observe(th, logits, F.binary_cross_entropy_with_logits, tags)
+    assert "output_label_error_rank" not in got
+    a, pos = float(((logits > 0).float() == tags).double().mean()), float(tags.mean())
+    m = max(pos, 1 - pos)
+    assert got["output_label_kappa"] == pytest.approx((a - m) / (1 - m), abs=1e-6)
+
+
+def test_soft_targets_and_weighted_rows_give_no_labels(th):
+    """Label smoothing leaves no row with one negative gradient element; MSE on logits is no loss on logits."""
+    logits = torch.randn(200, K, generator=torch.Generator().manual_seed(1))
+    targets = torch.randint(0, K, (200,), generator=torch.Generator().manual_seed(2))
+    assert _observe(th, logits, lambda y, t: F.cross_entropy(y, t, label_smoothing=0.1), targets) is None
+    assert _observe(th, logits, lambda y, t: F.mse_loss(y, F.one_hot(t, K).float()), targets) is None
+
+
+def _stream(noise=0.0, ambiguity=0.0, classes=K, seed=0):
+    """Fresh batches from a linear teacher; ``noise``: share of labels replaced by a uniformly random class;
+    ``ambiguity``: Gaussian noise on the teacher's logits (hard examples, whose label is a near neighbour)."""
+    g = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(16, classes, generator=g)
+    while True:
+        x = torch.randn(64, 16, generator=g)
+        y = (x @ teacher + ambiguity * torch.randn(64, classes, generator=g)).argmax(dim=1)
+        swap = torch.rand(64, generator=g) < noise
+        y[swap] = torch.randint(0, classes, (int(swap.sum()),), generator=g)
+        yield x, y
+
+
+@pytest.mark.parametrize("case, noise, ambiguity, fires", [
+    ("clean", 0.0, 0.0, False),
+    ("hard_examples", 0.0, 3.0, False),
+    ("random_labels", 0.4, 0.0, True),
+])
+def test_labels_replaced_at_random_are_told_from_hard_examples(tmp_path, th, case, noise, ambiguity, fires):
+    """A third of the labels wrong either way: replaced at random, they land anywhere in the model's ranking;
+    drawn from a noisy teacher (hard examples), they are the model's runner-up."""
+    model = mlp(out=K)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    tel = train(tmp_path / case, model, opt, th, steps=120, data=_stream(noise, ambiguity), detail_every=4)
+    found = diagnose_run(tmp_path / case, th, ["convergence"])
+    assert "LabelErrorsAtRandom" in found.judged
+    hits = [f for f in found.findings if f.symptom == "LabelErrorsAtRandom"]
+    kappa = np.median(tel.series("output_label_kappa")[1][15:])
+    rank = np.median(tel.series("output_label_error_rank")[1][15:])
+    assert bool(hits) == fires, (kappa, rank)
+    if fires:
+        assert hits[0].evidence["error_rank"] > 0.3, hits[0].evidence  # a hard example's label ranks near 0
+    elif case == "hard_examples":
+        assert kappa < 0.5 and rank < th["convergence.label_errors.rank"]  # more errors, near the top
+
+
+def test_two_classes_are_not_judged(tmp_path, th):
+    model = mlp(out=2)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    train(tmp_path / "two", model, opt, th, steps=60, data=_stream(0.4, classes=2), detail_every=4)
+    found = diagnose_run(tmp_path / "two", th, ["convergence"])
+    assert "LabelErrorsAtRandom" not in found.judged
+    assert any("LabelErrorsAtRandom" in n and "output_label_error_rank not recorded" in n for n in found.notes)

@@ -209,10 +209,10 @@ def balance_loss(ctx: Context, data: object, out: Emit) -> None:
     steps, aux = view.series("aux_loss")
     need_steps(ctx, steps, "aux_loss")
     ls, loss = view.series("loss")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.abs(ffill(aux)) / np.abs(np.interp(steps, ls, ffill(loss)))
-    limit, least = th["moe.balance_loss.max_share"], th["moe.balance_loss.max_term"]
     term = np.abs(ffill(aux))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = term / np.abs(np.interp(steps, ls, ffill(loss)))
+    limit, least = th["moe.balance_loss.max_share"], th["moe.balance_loss.max_term"]
     mask = (np.nan_to_num(share, nan=np.inf) < limit) | (np.nan_to_num(term, nan=np.inf) < least)
     persist = ctx.persist("moe.persist_steps", steps)
     start = first_run(mask, persist)

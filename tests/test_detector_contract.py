@@ -33,11 +33,15 @@ healthy-quiet rule on real profiler traces and planted faults (bench/trace_agree
 
 PRESENTATION = {"gradient.forward_signal": lambda cell: cell.overrides.get("init_scale", 0.0) < 1.0,
                 "gradient.init_scale": lambda cell: cell.overrides.get("init_scale", 0.0) > 1.0,
-                "convergence.loss_identity": lambda cell: _objective(cell) in HARD_TARGETS}
+                "convergence.loss_identity": lambda cell: _objective(cell) in HARD_TARGETS,
+                "convergence.output_reach": lambda cell: _objective(cell) not in HARD_TARGETS
+                and not (cell.overrides.get("output") == "sigmoid" and cell.seed % 2)}
 """Detectors that measure one presentation of their signature fault: a forward signal vanishes under a shrinking
 initialisation; the families where Adam or normalisation undo a small one get a too-large init instead (see
 debugtune/scenarios/faults.py), which the gains at attach show. The output gradient identifies the loss only
-under hard targets: a ReLU or sigmoid before MSE on continuous targets has no closed-form signature."""
+under hard targets: a ReLU or sigmoid before MSE on continuous targets has no closed-form signature, but shows
+as an output that cannot reach its targets, except a sigmoid in the loss code (odd seeds), which leaves the
+output hook an unbounded pre-activation."""
 HARD_TARGETS = {"ce", "lm", "bce"}
 
 

@@ -268,6 +268,45 @@ def test_data_loader_stall_on_every_rank(tmp_path, th, rng):
     assert "StepTimeRegression" in symptoms(d)
 
 
+def _step_times(rng, slow_every=0, stall=0.0, pause_at=()):
+    """5 ms steps with noise; from step 90 every ``slow_every``-th step also waits ``stall`` ms (a loader that
+    keeps up on some steps only); a 200 ms pause at each step of ``pause_at`` (a checkpoint)."""
+    t = 5.0 * (1 + 0.2 * rng.random(N))
+    if slow_every:
+        t[90::slow_every] += stall
+    for i in pause_at:
+        t[i] += 200.0
+    return t
+
+
+@pytest.mark.parametrize("slow_every, stall", [(2, 15.0), (3, 30.0)])
+def test_a_stall_on_every_kth_step_is_a_step_time_regression(tmp_path, th, rng, slow_every, stall):
+    """The wall time per step more than doubles although the median step does not move (one step in two or
+    three stalls)."""
+    rows = [("communication", "step_time_ms", "", _step_times(rng, slow_every, stall))]
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "StepTimeRegression")
+    assert f.onset_step == pytest.approx(90, abs=N * 0.1)
+    assert f.evidence["step_time_ms_after"] > 2 * f.evidence["step_time_ms_before"]
+
+
+def test_isolated_pauses_are_not_a_step_time_regression(tmp_path, th, rng):
+    rows = [("communication", "step_time_ms", "", _step_times(rng, pause_at=(100, 200, 290)))]
+    d = run_and_diagnose(tmp_path, th, {0: rows})
+    assert "StepTimeRegression" in d.judged and "StepTimeRegression" not in symptoms(d)
+
+
+def test_a_loader_wait_is_as_severe_as_its_share_of_a_short_step(tmp_path, th, rng):
+    """7.5 ms of 20 ms steps is a mild wait by the advisor's 10 ms but more than a third of the step."""
+    wait = np.where(np.arange(N) >= 90, 7.5, 0.2)
+    rows = [("hardware", "dataloader_wait_ms", "", wait), ("communication", "step_time_ms", "", 12.5 + wait)]
+    f = finding(run_and_diagnose(tmp_path, th, {0: rows}), "DataLoaderWait")
+    share_sev = 0.5 + 0.5 * np.log(f.evidence["share_of_step"] / 0.05) / np.log(20)
+    assert f.evidence["share_of_step"] == pytest.approx(0.375, abs=0.01)
+    assert f.severity == pytest.approx(share_sev * f.evidence["evidence_weight"], rel=1e-6)
+    # its evidence rests on the steps since the wait began, as its persistence test does, not on the whole run
+    assert f.evidence["steps_judged"] <= N - 90 + 5 and f.evidence["confidence"] == "confirmed"
+
+
 def test_links_bandwidth_and_share(tmp_path, th, rng):
     rows = [("communication", "link_bw_gbps", f"link:0-{i}", np.full(N, 40.0 if i != 3 else 4.0)) for i in range(1, 5)]
     rows += [("communication", "busbw_gbps", "allreduce", np.full(N, 100.0)),

@@ -15,7 +15,9 @@
   (``output_loss_identity``, entity = the hypothesis, value = the share of gradient elements it explains;
   see ``loss_identity``), from a hook on the output tensor that reads its gradient and returns nothing; where
   that loss is cross-entropy or BCE on logits, the labels it used against the model's predictions
-  (``output_label_kappa``, ``output_label_error_rank``; see ``label_agreement``).
+  (``output_label_kappa``, ``output_label_error_rank``; see ``label_agreement``); where it is a loss on
+  continuous targets, whether the output can reach them (``output_bound_push``, ``output_gated_frac``; see
+  ``output_reach``).
 - **Weight layers** (detail steps, forward hooks): ``act_out_std`` of the output (the first tensor of a tuple
   output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;
   ConvNd: the channel dim) exactly zero for every sample; ``act_in_sat_frac`` when the whole input lies in
@@ -43,6 +45,8 @@ from debugtune.engine.capture.label_agreement import KEYS as LABEL_KEYS
 from debugtune.engine.capture.label_agreement import MIN_ROWS_KEY, SHARE_KEY, LabelAgreement
 from debugtune.engine.capture.loss_identity import KEYS as IDENTITY_KEYS
 from debugtune.engine.capture.loss_identity import MAX_KEY, MIN_KEY, TOL_KEY, LossIdentity
+from debugtune.engine.capture.output_reach import KEYS as REACH_KEYS
+from debugtune.engine.capture.output_reach import OutputReach
 from debugtune.engine.capture.probe_errors import ProbeErrors
 from debugtune.engine.capture.probe_measure import StepRows, start_stats
 from debugtune.native import STAT_FIELDS
@@ -212,8 +216,14 @@ class ForwardEvidence:
                 disabled["output_label_kappa"] = f"no threshold {absent[0]!r}"
             else:
                 labels = LabelAgreement(float(thresholds[SHARE_KEY]), int(thresholds[MIN_ROWS_KEY]))
+            reach = None
+            absent = [k for k in REACH_KEYS if thresholds.get(k) is None]
+            if absent:
+                disabled["output_bound_push"] = f"no threshold {absent[0]!r}"
+            else:
+                reach = OutputReach(*(float(thresholds[k]) for k in REACH_KEYS))
             self.identity = LossIdentity(float(thresholds[TOL_KEY]), int(thresholds[MIN_KEY]),
-                                         int(thresholds[MAX_KEY]), labels)
+                                         int(thresholds[MAX_KEY]), labels, reach)
         conv = torch.nn.modules.conv._ConvNd
         self.layers = {name: LayerSignal(_feature_dim(isinstance(m, conv), len(getattr(m, "kernel_size", ()))))
                        for name, m in layers}
@@ -354,9 +364,9 @@ class ForwardEvidence:
         identity = self.identity.take() if self.identity is not None else None
         if identity is not None:
             rows.add("convergence", "output_loss_identity", identity[0], identity[1])
-        labels = self.identity.labels.take() if self.identity is not None and self.identity.labels else None
-        for metric, value in (labels or {}).items():
-            rows.add("convergence", metric, ("",), value)
+        for reader in (self.identity.labels, self.identity.reach) if self.identity is not None else ():
+            for metric, value in ((reader.take() if reader is not None else None) or {}).items():
+                rows.add("convergence", metric, ("",), value)
         self.input, self.input_ratio, self.token_share = Moments(), None, None
         self.output, self.simplex = Moments(), [0, 0]
         self._take_layers(rows)

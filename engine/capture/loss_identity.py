@@ -50,6 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from debugtune.engine.capture.label_agreement import LabelAgreement
+from debugtune.engine.capture.output_reach import OutputReach
 
 TOL_KEY = "probe.loss_identity_tol"
 MIN_KEY = "probe.loss_identity_min_elements"
@@ -208,9 +209,10 @@ def identity_hits(yd: Any, gd: Any, tol: float, max_elements: int) -> tuple[dict
 class LossIdentity:
     """Accumulates the hits of a step's output gradients (several forwards pool) until the step is taken."""
 
-    def __init__(self, tol: float, min_elements: int, max_elements: int, labels: LabelAgreement | None = None) -> None:
+    def __init__(self, tol: float, min_elements: int, max_elements: int, labels: LabelAgreement | None = None,
+                 reach: OutputReach | None = None) -> None:
         self.tol, self.min_elements, self.max_elements = tol, min_elements, max_elements
-        self.labels = labels
+        self.labels, self.reach = labels, reach
         self.hits: dict[str, int] = {}
         self.n = 0
 
@@ -223,8 +225,9 @@ class LossIdentity:
         if got is None:
             return
         hits, n = got
-        if self.labels is not None:
-            self.labels.observe(yd, gd, hits, n)
+        for reader in (self.labels, self.reach):
+            if reader is not None:
+                reader.observe(yd, gd, hits, n)
         for name, h in hits.items():
             self.hits[name] = self.hits.get(name, 0) + h
         self.n += n

@@ -13,7 +13,7 @@ import numpy as np
 from debugtune.engine.diagnose import evidence
 from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
-from debugtune.engine.diagnose.stats import centred_median, ffill, first_run
+from debugtune.engine.diagnose.stats import centred_trimmed_mean, ffill, first_run, trimmed_mean
 from debugtune.engine.diagnose.stragglers import complete
 
 DIM = "communication"
@@ -153,7 +153,9 @@ def alltoall(ctx: Context, data: object, out: Emit) -> None:
 
 
 def step_time(ctx: Context, data: object, out: Emit) -> None:
-    """Step time that rises and stays up (BLOOM-176B: +5% with a normal loss was one slow GPU)."""
+    """Step time that rises and stays up (BLOOM-176B: +5% with a normal loss was one slow GPU). The level is a
+    trimmed mean, which a stall on every k-th step raises as it does the wall time, not a median, which it
+    leaves at the fast steps' time until half the steps stall."""
     th, view = ctx.th, ctx.view
     g = view.by_rank("step_time_ms")
     need_steps(ctx, g.steps, "step_time_ms")
@@ -163,8 +165,9 @@ def step_time(ctx: Context, data: object, out: Emit) -> None:
     w = max(3, int(n * th["communication.step_time.window_frac"]))
     if n - skip < 3 * w:
         return
-    trend = centred_median(t, w)
-    base = float(np.median(t[skip: skip + w]))
+    trim = th["communication.step_time.trim"]
+    trend = centred_trimmed_mean(t, w, trim)
+    base = trimmed_mean(t[skip: skip + w], trim)
     rise = trend / max(base, 1e-12) - 1
     mask = rise >= th["communication.step_time.rise"]
     mask[: skip + w] = False
@@ -173,7 +176,7 @@ def step_time(ctx: Context, data: object, out: Emit) -> None:
         return
     level = float(np.median(rise[start:]))
     sev, ev = evidence.scaled(ctx, severity(level, th["communication.step_time.rise"], 2.0), mask[start:], extra={
-        "relative_rise": level, "step_time_ms_before": base, "step_time_ms_after": float(np.median(t[start:]))})
+        "relative_rise": level, "step_time_ms_before": base, "step_time_ms_after": trimmed_mean(t[start:], trim)})
     out.add(make_finding(
         "StepTimeRegression", DIM, "", g.steps, start, n - 1, sev, ev, "communication.step_time", start + w - 1),
         (g.steps, t))

@@ -13,7 +13,7 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
-from debugtune.engine.diagnose import labels, outputs, wiring
+from debugtune.engine.diagnose import labels, outputs, reach, wiring
 from debugtune.engine.diagnose import stragglers as strag
 from debugtune.engine.diagnose import timeline as tl
 from debugtune.engine.diagnose.registry import Detector
@@ -111,6 +111,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("convergence.label_errors", "LabelErrorsAtRandom", C,
              (("output_label_kappa",), ("output_label_error_rank",)), (*_MIN, "convergence.label_errors.*"),
              labels.label_errors),
+    Detector("convergence.output_reach", "OutputCannotReachTargets", C, (("output_bound_push",),),
+             (*_MIN, "convergence.output_reach.*"), reach.output_reach, signature_of=("LossActivationMismatch",)),
     # -- convergence: experts --------------------------------------------------------------------------
     Detector("moe.imbalance", "ExpertImbalance", C, (("expert_tokens",),), (*_MOE, *_EV, "moe.imbalance.*"),
              moe.imbalance, moe.expert_data),

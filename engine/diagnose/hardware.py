@@ -150,9 +150,11 @@ def dataloader(ctx: Context, data: object, out: Emit) -> None:
     entity = f"rank:{int(wait.labels[i])}" if single else ""
     ev = {"wait_ms": float(np.mean(w[start:])), "threshold_ms": abs_limit, "ranks_affected":
           float(1 if single else np.sum(per_rank >= abs_limit))}
-    if share is not None:
+    level = severity(float(np.mean(w[start:])), floor, abs_limit * 20)
+    if share is not None:  # as severe as the worse of the two: a third of a short step lost is a third lost
         ev["share_of_step"] = float(np.nanmean(share[i][start:]))
-    sev, ev = evidence.scaled(ctx, severity(float(np.mean(w[start:])), floor, abs_limit * 20), mask, extra=ev)
+        level = max(level, severity(ev["share_of_step"], share_limit, 1.0))
+    sev, ev = evidence.scaled(ctx, level, mask[start:], extra=ev)  # the steps its persistence was judged on
     out.add(make_finding(
         "DataLoaderWait", DIM, entity, wait.steps, start, wait.steps.size - 1, sev, ev,
         "hardware.dataloader", start + window - 1), (wait.steps, w))

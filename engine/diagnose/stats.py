@@ -59,6 +59,27 @@ def centred_median(x: np.ndarray, window: int) -> np.ndarray:
     return ndimage.median_filter(x.astype(np.float64), size=window, mode="nearest")
 
 
+def trimmed_mean(x: np.ndarray, trim: float) -> float:
+    """Mean after dropping ``max(1, round(trim · n))`` values at each end (none when that leaves nothing)."""
+    v = np.sort(np.asarray(x, dtype=np.float64))
+    k = max(1, round(trim * v.size))
+    return float(np.mean(v[k:-k])) if v.size > 2 * k else float(np.mean(v))
+
+
+def centred_trimmed_mean(x: np.ndarray, window: int, trim: float) -> np.ndarray:
+    """:func:`trimmed_mean` over a centred window at each point (edges repeat the nearest value). Unlike a
+    running median it follows a stall on a share of the steps (every other step, every third), which costs
+    throughput in proportion; like one, it ignores a pause on one step of a window."""
+    window = max(1, min(int(window), x.size))
+    k = max(1, round(trim * window))
+    if window <= 2 * k:
+        return smooth(x, window)
+    lo = window // 2
+    padded = np.pad(np.asarray(x, dtype=np.float64), (lo, window - 1 - lo), mode="edge")
+    win = np.sort(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
+    return win[:, k:window - k].mean(axis=1)
+
+
 def runs_start(mask: np.ndarray, min_len: int) -> np.ndarray:
     """Indices i where mask[i : i + min_len] is all true."""
     min_len = max(1, int(min_len))

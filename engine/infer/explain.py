@@ -134,6 +134,11 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                       f"{_g(f.evidence, 'kappa'):.0%} beyond chance), they name a class ranked "
                                       f"{_g(f.evidence, 'error_rank'):.2f} of the way down the others: about "
                                       f"{_g(f.evidence, 'random_share_of_errors'):.0%} of them at random"),
+    "OutputCannotReachTargets": lambda f: (
+        f"{_g(f.evidence, 'bound_push'):.0%} of the output gradient pushes outputs past a bound of their range "
+        f"(targets a sigmoid or ReLU at the end cannot reach)" if f.evidence.get("how") == "bound" else
+        f"the gradient of {_g(f.evidence, 'gated_share'):.0%} more of the negative outputs than of the positive "
+        f"ones is exactly zero (a ReLU or clamp between the output and the loss)"),
     "UpdateRatioAbnormal": _update_ratio,
     "UpdateRatioTooHigh": _update_ratio,
     "UpdateRatioTooLow": _update_ratio,

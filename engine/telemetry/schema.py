@@ -85,6 +85,10 @@ CONVERGENCE_METRICS = {
                           "model's predictions (detail steps)",
     "output_label_error_rank": "mean rank, scaled to [0, 1], of the label among the non-predicted classes on "
                                "rows it contradicts (detail steps)",
+    "output_bound_push": "share of the output gradient's mass pushing outputs at a bound of their range (0, or "
+                         "0 and 1) past it, under a loss on continuous targets (detail steps)",
+    "output_gated_frac": "share of negative outputs with an exactly zero gradient less that of positive ones, "
+                         "under a loss on continuous targets (detail steps)",
     "router_bias_spread": "max - median over experts of a watched router's bias (entity: router; step 0)",
     "router_weight_std": "std of a watched router's weight (entity: router; step 0)",
     "router_logit_spread": "max - median over experts of the token-mean router logits (entity: router; detail steps)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from debugtune.engine.diagnose.base import Context, make_finding, severity
-from debugtune.engine.diagnose.registry import Emit, need_steps
+from debugtune.engine.diagnose.registry import Emit, late_median
 
 DIM = "convergence"
 
@@ -27,11 +27,7 @@ def label_errors(ctx: Context, data: object, out: Emit) -> None:
     them up the ranking (Arpit et al. 2017), so the finding fades as the training fits them; two classes leave
     no ranking and are not judged."""
     th, view = ctx.th, ctx.view
-    ks, kappa = view.series("output_label_kappa")
-    need_steps(ctx, ks, "output_label_kappa")
-    cut = ks[int(ks.size * th["convergence.label_errors.judge_from_frac"])]
-    late = ks >= cut
-    agreement = float(np.nanmedian(kappa[late]))
+    _, _, cut, agreement = late_median(ctx, "output_label_kappa", "convergence.label_errors.judge_from_frac")
     rs, rank = view.series("output_label_error_rank")  # absent (not judged): two classes, BCE, or no error
     if agreement < th["convergence.label_errors.min_kappa"]:
         return

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from debugtune.engine.diagnose.base import Context, make_finding, severity
-from debugtune.engine.diagnose.registry import Emit, need_steps
+from debugtune.engine.diagnose.registry import Emit, late_median
 
 DIM = "convergence"
 
@@ -22,11 +22,7 @@ def output_reach(ctx: Context, data: object, out: Emit) -> None:
     linear output: a target the bound only touches (black pixels under a sigmoid) has an error that shrinks
     as the output nears it, so its share of the gradient does too."""
     th, view = ctx.th, ctx.view
-    ps, push = view.series("output_bound_push")
-    need_steps(ctx, ps, "output_bound_push")
-    cut = ps[int(ps.size * th["convergence.output_reach.judge_from_frac"])]
-    late = ps >= cut
-    pushed = float(np.nanmedian(push[late]))
+    ps, push, cut, pushed = late_median(ctx, "output_bound_push", "convergence.output_reach.judge_from_frac")
     cut_share = 0.0  # not recorded where the outputs have one sign only
     if view.has("output_gated_frac"):
         gs, gated = view.series("output_gated_frac")
@@ -43,5 +39,5 @@ def output_reach(ctx: Context, data: object, out: Emit) -> None:
     out.add(make_finding(
         "OutputCannotReachTargets", DIM, "", ps, first, ps.size - 1, level,
         {"how": how, "bound_push": pushed, "gated_share": cut_share, "push_threshold": push_limit,
-         "gated_threshold": gate_limit, "steps_judged": int(late.sum())},
+         "gated_threshold": gate_limit, "steps_judged": int((ps >= cut).sum())},
         "convergence.output_reach", ps.size - 1), (ps, push))

@@ -158,6 +158,16 @@ def need_steps(ctx: Context, steps: np.ndarray, what: str) -> None:
         raise NotJudged(f"{steps.size} steps of {what} recorded, at least {minimum} are needed")
 
 
+def late_median(ctx: Context, metric: str, from_key: str) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(steps, values, first step judged, median from it) of ``metric`` over the run from the share of its
+    recorded steps ``from_key`` names (:func:`need_steps` first): measures judged once the training has
+    settled into what it does."""
+    steps, values = ctx.view.series(metric)
+    need_steps(ctx, steps, metric)
+    cut = float(steps[int(steps.size * ctx.th[from_key])])
+    return steps, values, cut, float(np.nanmedian(values[steps >= cut]))
+
+
 def by_symptom(detectors: Iterable[Detector]) -> Mapping[str, list[Detector]]:
     table: dict[str, list[Detector]] = defaultdict(list)
     for det in detectors:

@@ -364,8 +364,8 @@ class ForwardEvidence:
         identity = self.identity.take() if self.identity is not None else None
         if identity is not None:
             rows.add("convergence", "output_loss_identity", identity[0], identity[1])
-        for reader in (self.identity.labels, self.identity.reach) if self.identity is not None else ():
-            for metric, value in ((reader.take() if reader is not None else None) or {}).items():
+        for reader in self.identity.readers if self.identity is not None else ():
+            for metric, value in (reader.take() or {}).items():
                 rows.add("convergence", metric, ("",), value)
         self.input, self.input_ratio, self.token_share = Moments(), None, None
         self.output, self.simplex = Moments(), [0, 0]

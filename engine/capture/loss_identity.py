@@ -212,7 +212,8 @@ class LossIdentity:
     def __init__(self, tol: float, min_elements: int, max_elements: int, labels: LabelAgreement | None = None,
                  reach: OutputReach | None = None) -> None:
         self.tol, self.min_elements, self.max_elements = tol, min_elements, max_elements
-        self.labels, self.reach = labels, reach
+        self.readers = tuple(r for r in (labels, reach) if r is not None)
+        """What else the sampled rows are read for, once the hits say which loss produced them."""
         self.hits: dict[str, int] = {}
         self.n = 0
 
@@ -225,9 +226,8 @@ class LossIdentity:
         if got is None:
             return
         hits, n = got
-        for reader in (self.labels, self.reach):
-            if reader is not None:
-                reader.observe(yd, gd, hits, n)
+        for reader in self.readers:
+            reader.observe(yd, gd, hits, n)
         for name, h in hits.items():
             self.hits[name] = self.hits.get(name, 0) + h
         self.n += n

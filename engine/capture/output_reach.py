@@ -17,7 +17,10 @@ every negative output, which no loss on continuous targets does on its own.
 
 Judged only where ``loss_identity`` finds no loss with hard targets behind ``convergence.loss_identity.share``
 of the gradient: under cross-entropy or BCE the gradient at a probability near 1 pushes outwards by design,
-and the identity already reads a squashing function there. The hook only reads the tensors it is handed;
+and the identity already reads a squashing function there. Under L1 or smooth L1 with errors beyond the
+Huber knee the gradient has one magnitude everywhere, which the identity takes for a loss with hard targets
+(softmax on logits for a one-column output, NLL of log-probabilities otherwise), so those runs are not judged
+once their targets are out of reach: measured under MSE. The hook only reads the tensors it is handed;
 cost: two comparisons and a masked sum over the identity's sampled rows.
 """
 

@@ -93,10 +93,12 @@ class Hypothesis:
     findings: tuple[str, ...]
     explanation: str
     rank: int = 0
+    basis: str = ""  # why the confidence is what it is (specific evidence, or the ceiling without it)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cause": self.cause, "confidence": round(self.confidence, 4), "chain": list(self.chain),
-                "findings": list(self.findings), "explanation": self.explanation}
+        out = {"cause": self.cause, "confidence": round(self.confidence, 4), "chain": list(self.chain),
+               "findings": list(self.findings), "explanation": self.explanation}
+        return {**out, "confidence_basis": self.basis} if self.basis else out
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,7 @@ def test_shown_confidences_are_the_posterior_through_the_calibration_map(model, 
     Platt map (monotone, so the order is the posterior's), "unknown" its posterior."""
     from debugtune.engine.diagnose import Thresholds
     from debugtune.engine.infer.causal import UNKNOWN, calibrated
+    from debugtune.engine.infer.specific import capped
 
     identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
     assert calibrated(0.3, identity) == pytest.approx(0.3) and calibrated(0.999, identity) == pytest.approx(0.999)
@@ -212,7 +213,8 @@ def test_shown_confidences_are_the_posterior_through_the_calibration_map(model, 
     assert sorted(calibrated(p, sharper) for p in ps) == [calibrated(p, sharper) for p in ps]
     r = top(model, sharper, gate_bias_findings(), MOE)
     assert r.hypotheses[0].cause == "GateInitBias"
-    for h in r.hypotheses:
-        assert h.confidence == pytest.approx(calibrated(r.confidences[h.cause], sharper))
+    for h in r.hypotheses:  # through the map, then no higher than the ceiling without specific evidence
+        assert h.confidence == pytest.approx(capped(calibrated(r.confidences[h.cause], sharper),
+                                                    r.specificity[h.cause], sharper))
     shown = {c.cause: c.confidence for c in r.candidates}
     assert shown[UNKNOWN] == pytest.approx(r.confidences[UNKNOWN])

@@ -35,6 +35,7 @@ from debugtune.engine.diagnose import Thresholds, diagnose_run
 from debugtune.engine.infer.causal import UNKNOWN, activation, before_breakdown, calibrated, evidence
 from debugtune.engine.infer.engine import candidate_causes, rank, reportable, rule_scope
 from debugtune.engine.infer.model import CausalModel, Link
+from debugtune.engine.infer.specific import lead_first
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.errors import DebugtuneError
 from debugtune.kg.namespaces import run_graph
@@ -251,6 +252,7 @@ class Scored:
     reportable: frozenset[str]
     detection: dict[str, int]
     support: dict[str, int]           # cause → number of observed symptoms in its chain
+    decides: frozenset[str] = frozenset()  # causes whose specific evidence decides (engine.infer.specific)
 
 
 def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list[Scored]:
@@ -269,7 +271,8 @@ def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list
             if steps:
                 detection[sc.cause] = int(min(steps))
         out.append(Scored(s, logits, frozenset(sc.cause for sc in r.scores if reportable(model, sc)), detection,
-                          {sc.cause: len(sc.explained) for sc in r.scores}))
+                          {sc.cause: len(sc.explained) for sc in r.scores},
+                          frozenset(c for c, x in r.specificity.items() if x.decides)))
     return out
 
 
@@ -291,18 +294,22 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
     z = {k: math.exp(v - top) for k, v in logits.items()}
     total = sum(z.values())
     conf = {k: v / total for k, v in z.items()}
-    order = sorted((c for c in conf if c != UNKNOWN and c in sc.reportable), key=lambda c: -conf[c])
+    order = lead_first([c for c in conf if c != UNKNOWN and c in sc.reportable], conf, sc.decides)
     causes: list[str] = []
-    if order and conf[order[0]] >= th["infer.report_threshold"]:
-        for c in order[: th.as_int("infer.max_hypotheses")]:
-            if causes and conf[c] < th["infer.list_threshold"]:
-                break
-            causes.append(c)
+    if order and max(conf[c] for c in order) >= th["infer.report_threshold"]:
+        listed = [c for i, c in enumerate(order) if i == 0 or conf[c] >= th["infer.list_threshold"]]
+        causes += listed[: th.as_int("infer.max_hypotheses")]
     truth = sc.sample.truth
-    best = max((c for c in conf if c in sc.reportable), key=lambda c: conf[c], default=None)
-    return Answer(sc, tuple(causes), tuple(calibrated(conf[c], th) for c in causes),
+    best = next(iter(lead_first([c for c in conf if c in sc.reportable], conf, sc.decides)), None)
+    return Answer(sc, tuple(causes), tuple(_shown(sc, c, conf[c], th) for c in causes),
                   conf.get(truth, 0.0) if truth else 0.0,
-                  (calibrated(conf[best], th), best == truth) if truth and best is not None else None)
+                  (_shown(sc, best, conf[best], th), best == truth) if truth and best is not None else None)
+
+
+def _shown(sc: Scored, cause: str, p: float, th: Thresholds) -> float:
+    """The confidence the engine shows: the map, then the ceiling for a cause its specific evidence does not decide."""
+    c = calibrated(p, th)
+    return c if cause in sc.decides else min(c, th["infer.unspecific_ceiling"])
 
 
 def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresholds) -> tuple[float, float]:
@@ -313,7 +320,9 @@ def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresho
     from scipy.optimize import minimize
 
     identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
-    tops = [a.top for a in (answer(s, temperature, identity) for s in scored if s.sample.truth) if a.top]
+    # the map is applied before the ceiling of a cause without specific evidence, so it is fitted on the uncapped values
+    uncapped = (replace(s, decides=frozenset(s.logits)) for s in scored if s.sample.truth)
+    tops = [a.top for a in (answer(s, temperature, identity) for s in uncapped) if a.top]
     if len(tops) < 10:
         return 1.0, 0.0
     p = np.clip(np.array([c for c, _ in tops]), 1e-6, 1 - 1e-6)

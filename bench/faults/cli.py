@@ -21,11 +21,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.faults import runner
-from bench.faults.calibration import Sample, base_store, cause_sources, diagnose_sample, to_turtle
+from bench.faults.calibration import Sample, base_store, cause_sources, diagnose_sample, manifested, to_turtle
 from bench.faults.diagnosis import SYSTEMS, Ranked, diagnose_both
 from bench.faults.lofo import Lofo, in_distribution, lofo, shipped
+from bench.faults.loho import Loho, loho
 from bench.faults.matrix import SEEDS, Cell, full_matrix, quick_matrix, references
-from bench.faults.report import figures_dict, print_lofo
+from bench.faults.report import figures_dict, print_lofo, print_loho
 from bench.faults.score import Judged, score
 from debugtune.engine.diagnose import Thresholds
 from debugtune.engine.infer.model import load_model
@@ -42,6 +43,7 @@ class BenchResult:
     out: Path
     lofo: Lofo | None = None
     samples: list[Sample] | None = None
+    loho: Loho | None = None
 
 
 _BASE: Any = None
@@ -71,6 +73,36 @@ def _diagnose_worker(args: tuple[str, dict[str, Any]]) -> tuple[dict[str, Ranked
         return answers, None
 
 
+def _sample_worker(args: tuple[str, dict[str, Any]]) -> Sample | None:
+    """One labelled run of another harness, diagnosed against the uncalibrated knowledge base."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    path, label = args
+    store, th = _base()
+    try:
+        return diagnose_sample(Path(path), label, store, th)
+    except Exception as err:  # noqa: BLE001 — reported, and left out like an unmanifested run
+        print(f"skipped {label.get('program')}:{label.get('name')}: {err}", file=sys.stderr)
+        return None
+
+
+def second_harness(root: Path, jobs: int) -> list[Sample]:
+    """The manifested runs of a second harness's output folder (``labels/*.json``, ``runs/<id>``, ``results.json``:
+    bench/harness2), diagnosed once."""
+    verdicts = manifested(root)
+    work = []
+    for path in sorted((root / "labels").glob("*.json")):
+        lab = json.loads(path.read_text())
+        if lab.get("manifested") is False or verdicts.get(lab["run_id"]) is False:
+            continue
+        work.append((str(root / "runs" / lab["run_id"]), lab))
+    if jobs > 1 and len(work) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_sample_worker, work, chunksize=4))
+    else:
+        results = [_sample_worker(w) for w in work]
+    return [r for r in results if r is not None]
+
+
 def _select(quick: bool, seeds: tuple[int, ...], only: list[str] | None, programs: list[str] | None) -> list[Cell]:
     cells = quick_matrix() if quick else full_matrix(seeds)
     if only:
@@ -83,7 +115,7 @@ def _select(quick: bool, seeds: tuple[int, ...], only: list[str] | None, program
 def run_benchmark(*, quick: bool = False, out: Path = runner.DEFAULT_OUT, jobs: int = 2, retrain: bool = False,
                   diagnose: bool = True, seeds: tuple[int, ...] = SEEDS, only: list[str] | None = None,
                   programs: list[str] | None = None, verbose: bool = True,
-                  write_calibration: bool = False) -> BenchResult:
+                  write_calibration: bool = False, harness2: Path | None = None) -> BenchResult:
     """Train what is not cached, judge manifestation, diagnose with both systems and score them."""
     out = Path(out)
     cells = _select(quick, seeds, only, programs)
@@ -135,8 +167,18 @@ def run_benchmark(*, quick: bool = False, out: Path = runner.DEFAULT_OUT, jobs: 
         figures["in_distribution"] = figures_dict(in_distribution(samples, model, th, cal))
         if write_calibration:
             _write_calibration(cal, store, len(samples), say)
+    other = None
+    if samples and harness2 is not None and (harness2 / "labels").is_dir():
+        second = second_harness(harness2, jobs)
+        say(f"second harness: {len(second)} manifested runs from {harness2}")
+        store, th = _base()
+        other = loho(samples + second, load_model(store), th,
+                     progress=(lambda m: say(f"  {m}", highlight=False)) if verbose else None)
+        if other is not None:
+            figures["loho"] = {f.family: figures_dict(f.figures) for f in other.folds}
+            figures["loho"]["pooled"] = figures_dict(other.pooled)
     result = BenchResult(judged, figures, {"train": t_train, "diagnose": t_diag,
-                                           "lofo": time.perf_counter() - t2}, out, held_out, samples)
+                                           "lofo": time.perf_counter() - t2}, out, held_out, samples, other)
     partial = bool(only or programs or tuple(seeds) != SEEDS)
     _save(result, "results-quick.json" if quick else "results-partial.json" if partial else "results.json")
     if verbose:
@@ -170,6 +212,8 @@ def _num(x: float | None) -> str:
 def print_result(result: BenchResult) -> None:
     judged = result.judged
     faults = sorted({j.cell.name for j in judged if j.cell.is_fault})
+    if result.loho is not None:
+        print_loho(console, result.loho, result.lofo.pooled if result.lofo is not None else None)
     if result.lofo is not None:
         print_lofo(console, result.lofo, result.figures.get("autotrainer"), result.figures.get("in_distribution"))
     if result.figures.get("debugtune"):
@@ -227,13 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-calibration", action="store_true",
                     help="write the calibration fitted on every family into cases/ (profiles, links, leaks, "
                          "temperature)")
+    ap.add_argument("--harness2", type=Path, default=runner.DEFAULT_OUT.parents[1] / "harness2" / "out",
+                    help="the second harness's output folder (python -m bench.harness2): leave-one-harness-out is "
+                         "scored when it holds runs (default bench/harness2/out)")
     args = ap.parse_args(argv)
     try:
         run_benchmark(quick=args.quick, out=args.out, jobs=max(1, args.jobs), retrain=args.retrain,
                       diagnose=not args.no_diagnose, seeds=tuple(int(s) for s in args.seeds.split(",") if s),
                       only=[s for s in args.only.split(",") if s] or None,
                       programs=[s for s in args.programs.split(",") if s] or None,
-                      write_calibration=args.write_calibration)
+                      write_calibration=args.write_calibration, harness2=args.harness2)
     except KeyboardInterrupt:
         return 130
     return 0

@@ -61,25 +61,32 @@ def _scored_out_of_family(samples: Sequence[Sample], model: CausalModel, th: Thr
     return out
 
 
+def held_out(name: str, train: Sequence[Sample], test: Sequence[Sample], model: CausalModel,
+             th: Thresholds) -> tuple[Fold, list[Scored]]:
+    """Calibrate on ``train`` (profiles, links, leaks; the temperature and the confidence map on its own
+    out-of-family predictions) and answer ``test`` with it."""
+    cal = fit(train, model, th)
+    m, t = apply(model, th, cal)
+    inner = _scored_out_of_family(train, model, th)
+    temperature = fit_temperature(inner, t)
+    _, t = apply(model, th, replace(cal, confidence_map=fit_confidence_map(inner, temperature, t)))
+    scored = score(test, m, t)
+    answers = [answer(s, temperature, t) for s in scored]
+    return Fold(name, temperature, answers, figures(answers)), scored
+
+
 def lofo(samples: Sequence[Sample], model: CausalModel, th: Thresholds, *,
          progress: Callable[[str], None] | None = None) -> Lofo:
     """Leave each family out in turn; the figures of each fold and of all held-out answers pooled."""
     folds: list[Fold] = []
     oof: list[Scored] = []
     for fam in families(samples):
-        train = [s for s in samples if s.family != fam]
         test = [s for s in samples if s.family == fam]
-        cal = fit(train, model, th)
-        m, t = apply(model, th, cal)
-        inner = _scored_out_of_family(train, model, th)
-        temperature = fit_temperature(inner, t)
-        _, t = apply(model, th, replace(cal, confidence_map=fit_confidence_map(inner, temperature, t)))
-        scored = score(test, m, t)
+        fold, scored = held_out(fam, [s for s in samples if s.family != fam], test, model, th)
         oof += scored
-        answers = [answer(s, temperature, t) for s in scored]
-        folds.append(Fold(fam, temperature, answers, figures(answers)))
+        folds.append(fold)
         if progress:
-            progress(f"held out {fam}: {len(test)} runs, temperature {temperature:.2f}")
+            progress(f"held out {fam}: {len(test)} runs, temperature {fold.temperature:.2f}")
     pooled = [a for f in folds for a in f.answers]
     return Lofo(folds, figures(pooled), pooled, oof)
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from bench.faults.calibration import Figures
 from bench.faults.lofo import Lofo
+from bench.faults.loho import Loho
 
 
 def pct(x: float | None) -> str:
@@ -85,3 +86,46 @@ def print_lofo(console: Console, lofo: Lofo, baseline: Mapping[str, Any] | None,
     console.print(rel)
     for line in f.false_positives:
         console.print(f"  held-out false positive: {line}", highlight=False)
+
+
+def _ece(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def print_loho(console: Console, loho: Loho, lofo_figures: Figures | None) -> None:
+    """Leave one harness out first (the widest held-out figure), each direction, with leave-one-family-out beside
+    it and the gap; then per cause and per family of each held-out harness, with the runs behind each."""
+    summary = Table(title="leave one harness out (each harness scored by a calibration fitted on the other)")
+    summary.add_column("figure")
+    for fold in loho.folds:
+        summary.add_column(f"held out {fold.family}", justify="right")
+    summary.add_column("pooled", justify="right")
+    summary.add_column("leave one family out", justify="right")
+    summary.add_column("gap", justify="right")
+    cols = [f.figures for f in loho.folds] + [loho.pooled]
+    for label, key, fmt in (("macro top-1", "top1", pct), ("macro top-3", "top3", pct),
+                            ("healthy false-positive rate", "fpr", pct), ("ECE of the top hypothesis", "ece", _ece)):
+        values = [getattr(c, key) for c in cols]
+        other = getattr(lofo_figures, key) if lofo_figures is not None else None
+        gap = None if other is None else other - values[-1]
+        summary.add_row(label, *[fmt(v) for v in values], fmt(other),
+                        "—" if gap is None else (f"{100 * gap:+.0f} pts" if key != "ece" else f"{-gap:+.3f}"))
+    summary.add_row("faulty runs with no hypothesis", *[rate(c.no_hypothesis, c.faults) for c in cols], "", "")
+    summary.add_row("healthy runs (valid)", *[str(c.controls) for c in cols], "", "")
+    console.print(summary)
+    for fold in loho.folds:
+        f = fold.figures
+        per = Table(title=f"held-out harness {fold.family}: top-1 / top-3 per cause")
+        for col in ("cause", "runs", "top-1", "top-3"):
+            per.add_column(col, justify="left" if col == "cause" else "right")
+        for cause, (a1, a3, n) in sorted(f.per_cause.items()):
+            per.add_row(cause, str(n), pct(a1 / n), pct(a3 / n))
+        console.print(per)
+        fam = Table(title=f"held-out harness {fold.family}: top-1 per family")
+        for col in ("family", "faulty runs", "top-1"):
+            fam.add_column(col, justify="left" if col == "family" else "right")
+        for name, (a, n) in sorted(f.per_family.items()):
+            fam.add_row(name, str(n), pct(a / n) if n else "—")
+        console.print(fam)
+        for line in f.false_positives:
+            console.print(f"  held-out harness {fold.family} false positive: {line}", highlight=False)

@@ -1,4 +1,5 @@
-"""Zero and saturation fractions of activation-module outputs (``attach(..., activations=True)``).
+"""Zero and saturation fractions of activation-module outputs (bounded activations by default; every activation
+module with ``attach(..., activations=True)``).
 
 Zero fraction (``act_zero_frac``): exact zeros of the output, for every activation module. Saturation
 (``act_sat_frac``), for bounded activations only, is the share of outputs whose pre-activation lies
@@ -40,10 +41,14 @@ def saturation_bounds(module: Any, preact: float | None) -> tuple[float, float] 
     return None
 
 
-def activation_modules(model: Any) -> list[tuple[str, Any]]:
+_BOUNDED = ("Sigmoid", "Tanh", "Softsign", "Hardtanh", "ReLU6", "Hardsigmoid")
+
+
+def activation_modules(model: Any, *, bounded_only: bool = False) -> list[tuple[str, Any]]:
+    """The activation modules of ``model`` (only those with a bounded output with ``bounded_only``)."""
     import torch.nn as nn
 
-    kinds = tuple(getattr(nn, k) for k in _ACTIVATIONS if hasattr(nn, k))
+    kinds = tuple(getattr(nn, k) for k in (_BOUNDED if bounded_only else _ACTIVATIONS) if hasattr(nn, k))
     return [(name or type(m).__name__, m) for name, m in model.named_modules() if isinstance(m, kinds)]
 
 

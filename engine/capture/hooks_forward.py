@@ -58,18 +58,20 @@ TOKENS_KEY = "probe.token_distinct_max_ids"
 _COL = {name: i for i, name in enumerate(STAT_FIELDS)}
 
 
-def first_float(value: Any) -> Any:
-    """The first floating-point tensor in a value: itself, ``.logits``, or the first one in a tuple/list/dict."""
+def first_float(value: Any, *, min_dim: int = 0) -> Any:
+    """The first floating-point tensor in a value: itself, ``.logits``, or the first one in a tuple/list/dict;
+    with ``min_dim`` 1, scalars are passed over (a model input is never one: the HF Trainer passes the batch's
+    token count ``num_items_in_batch`` beside ``input_ids``)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value if value.is_floating_point() else None
+        return value if value.is_floating_point() and value.dim() >= min_dim else None
     logits = getattr(value, "logits", None)
     if isinstance(logits, torch.Tensor) and logits.is_floating_point():
         return logits
     items = value.values() if isinstance(value, Mapping) else value if isinstance(value, tuple | list) else ()
     for item in items:
-        found = first_float(item)
+        found = first_float(item, min_dim=min_dim)
         if found is not None:
             return found
     return None
@@ -272,7 +274,7 @@ class ForwardEvidence:
             recording, detail = self.training()
             if not recording:
                 return
-            x = first_float((args, kwargs))
+            x = first_float((args, kwargs), min_dim=1)
             if x is None:
                 t = first_tensor((args, kwargs))
                 self.input_kind = {"floating": False, "dtype": None if t is None else str(t.dtype),

@@ -4,8 +4,8 @@ What it records (long-form telemetry, see docs/probe.md):
 
 - gradient flow per layer, per MoE expert and for the whole model ("" entity), on every recorded step:
   ``grad_norm``, ``grad_absmax``, ``grad_zero_frac``, ``grad_tiny_frac``, ``grad_nan``, ``grad_inf``;
-  ``router_grad_norm`` of watched routers; with ``activations=True`` ``act_zero_frac`` /
-  ``act_sat_frac`` per activation module;
+  ``router_grad_norm`` of watched routers; ``act_zero_frac`` / ``act_sat_frac`` per bounded activation module
+  (Sigmoid, Tanh, …: saturation is their failure) by default, per activation module with ``activations=True``;
 - on detail steps only (every ``detail_every``-th recorded step: the knowledge base's cadence
   ``probe.detail_every``, after Cockpit's cheap-every-step / expensive-on-a-schedule split): the global
   log2 magnitude histogram ``grad_log2_hist:<bin>`` and per layer ``weight_norm``, ``update_norm`` and
@@ -80,8 +80,9 @@ class Probe:
     """A probe attached to one model and optimizer; see the module docstring and ``attach``."""
 
     def __init__(self, model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None,
-                 rank: int | None = None, every: int = 1, detail_every: int | None = None, activations: bool = False,
-                 hardware: bool = True, thresholds: Mapping[str, float] | None = None, updates: bool = True,
+                 rank: int | None = None, every: int = 1, detail_every: int | None = None,
+                 activations: bool | None = None, hardware: bool = True,
+                 thresholds: Mapping[str, float] | None = None, updates: bool = True,
                  detectors: bool = True, hardware_interval: float | None = None, flush_rows: int = 65536,
                  flush_seconds: float = 5.0) -> None:
         import torch
@@ -143,8 +144,8 @@ class Probe:
             self._evidence = Evidence(model, self.layout, self.writer, self.errors, self.disabled, th, self._clock,
                                       updates)
             self._evidence.install(self._handles)
-            if activations:
-                self._watch_activations(model, th.get(SAT_PREACT_KEY))
+            if activations is not False:
+                self._watch_activations(model, th.get(SAT_PREACT_KEY), bounded_only=activations is None)
             if self._comm is not None:
                 self._comm.install()
         except BaseException:  # attach fails whole: no hook is left behind
@@ -192,10 +193,10 @@ class Probe:
             self.disabled["hardware"] = str(exc)
             return None
 
-    def _watch_activations(self, model: Any, preact: float | None) -> None:
+    def _watch_activations(self, model: Any, preact: float | None, *, bounded_only: bool) -> None:
         if preact is None:
             self.disabled["act_sat_frac"] = f"no threshold {SAT_PREACT_KEY!r} (bounded clips still measured)"
-        for name, module in activation_modules(model):
+        for name, module in activation_modules(model, bounded_only=bounded_only):
             stats = ActivationStats(name, module, preact)
             self._acts.append(stats)
             self._handles.append(module.register_forward_hook(partial(self._on_activation, stats)))
@@ -515,14 +516,16 @@ class Probe:
 
 
 def attach(model: Any, optimizer: Any, run_dir: str | Path, *, run_id: str | None = None, rank: int | None = None,
-           every: int = 1, detail_every: int | None = None, activations: bool = False, hardware: bool = True,
+           every: int = 1, detail_every: int | None = None, activations: bool | None = None, hardware: bool = True,
            **options: Any) -> Probe:
     """Attach the live probe to ``model`` and ``optimizer``, writing telemetry into ``run_dir``.
 
     ``every``: gradient statistics, activations and router counts on every N-th step.
     ``detail_every``: the log2 histogram and update/weight ratios on every N-th of those recorded steps
     (default: the knowledge base's ``probe.detail_every``; 1 = on every recorded step).
-    ``activations``: forward hooks on activation modules. ``hardware``: the native hardware sampler.
+    ``activations``: forward hooks on every activation module (True), on none (False), or by default (None) on
+    the bounded ones only (Sigmoid, Tanh, Softsign, Hardtanh, ReLU6, Hardsigmoid), whose failure is saturation
+    and which are few in most models. ``hardware``: the native hardware sampler.
     ``options``: ``thresholds`` (a key → value map instead of the knowledge base), ``updates`` (update/
     weight ratios; needs a parameter snapshot), ``detectors`` (live alarms), ``hardware_interval`` (s),
     ``flush_rows`` / ``flush_seconds`` (telemetry is written every 65,536 rows or 5 s, whichever first).

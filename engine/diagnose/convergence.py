@@ -13,6 +13,7 @@ from functools import cached_property
 import numpy as np
 
 from debugtune.engine.diagnose.base import Context, lr_schedule, make_finding, severity
+from debugtune.engine.diagnose.objective import not_supervised
 from debugtune.engine.diagnose.registry import Emit, NotJudged
 from debugtune.engine.diagnose.stats import (
     MAD_TO_SIGMA,
@@ -65,12 +66,25 @@ class ConvergenceData:
             return "every recorded loss is NaN or Inf"
         return _curve(self.ctx, steps, raw)
 
+    @cached_property
+    def _objective(self) -> str | None:
+        return not_supervised(self.ctx.view.metrics, self.raw[1], self.ctx.th["convergence.objective.negative_share"])
+
     @property
-    def curve(self) -> LossCurve:
-        """The loss curve, or NotJudged when it is too short or never finite."""
+    def recorded(self) -> LossCurve:
+        """The loss curve, or NotJudged when it is too short or never finite (whatever objective it is)."""
         if isinstance(self._curve, str):
             raise NotJudged(self._curve)
         return self._curve
+
+    @property
+    def curve(self) -> LossCurve:
+        """The loss curve of a supervised loss, or NotJudged: too short, never finite, or an objective whose shape
+        says nothing about convergence (engine.diagnose.objective)."""
+        curve = self.recorded
+        if self._objective is not None:
+            raise NotJudged(self._objective)
+        return curve
 
 
 def convergence_data(ctx: Context) -> ConvergenceData:
@@ -89,7 +103,7 @@ def _curve(ctx: Context, steps: np.ndarray, raw: np.ndarray) -> LossCurve:
 
 
 def nonfinite_loss(ctx: Context, data: ConvergenceData, out: Emit) -> None:
-    data.curve  # noqa: B018 — judged only on a loss curve long enough to judge
+    data.recorded  # noqa: B018 — judged only on a loss curve long enough to judge, whatever its objective
     steps, raw = data.raw
     bad = ~np.isfinite(raw)
     if bad.any():

@@ -21,7 +21,7 @@ from debugtune.engine.diagnose.registry import Detector
 _MIN = ("diagnose.min_steps", "diagnose.min_samples")
 _GP = ("gradient.persist_steps", "gradient.persist_frac", "gradient.judge_after_frac", *_MIN)
 _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.warmup.start_frac",
-       "convergence.lr_drop.*", "convergence.persist_steps", *_MIN)
+       "convergence.lr_drop.*", "convergence.persist_steps", "convergence.objective.*", *_MIN)
 _MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
 _EV = ("diagnose.evidence.*",)
 _COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN, *_EV)
@@ -73,6 +73,8 @@ DETECTORS: tuple[Detector, ...] = (
              wiring.stale_gradients, signature_of=("MissingZeroGrad",)),
     Detector("gradient.not_optimized", "ParametersNotOptimized", G, (("in_optimizer",),),
              ("gradient.zero_update.eps",), wiring.not_optimized, signature_of=("FrozenParameters",)),
+    Detector("gradient.frozen", "MostParametersFrozen", G, (("grad_norm",),), ("gradient.frozen.*",),
+             wiring.frozen_by_flag),
     # -- convergence: the loss curve -------------------------------------------------------------------
     Detector("convergence.nonfinite_loss", "NaNOrInf", C, (("loss",),), _CV, conv.nonfinite_loss,
              conv.convergence_data),

@@ -256,6 +256,31 @@ def not_optimized(ctx: Context, data: object, out: Emit) -> None:
         "gradient.not_optimized", 0), (steps, np.ones(steps.size)))
 
 
+def frozen_by_flag(ctx: Context, data: object, out: Emit) -> None:
+    """Most of the model's parameter tensors have ``requires_grad=False`` (the probe lists them in run.json): only
+    a small part trains. A frozen backbone under a trained head is a fine-tuning recipe and stays below the share;
+    the finding says what is frozen, and the cause needs harm to the outcome as well to be named
+    (engine.infer.specific: it is not sufficient alone)."""
+    params = (ctx.meta.get("probe") or {}).get("params") or {}
+    frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
+    if frozen == 0:
+        return
+    share = frozen / max(frozen + watched, 1)
+    names = [str(n) for n in params.get("frozen_names") or []]
+    if share < ctx.th["gradient.frozen.param_share"]:
+        out.note(f"{frozen} of {frozen + watched} parameter tensors frozen (requires_grad=False): "
+                 f"{share:.0%}, below the share that is named")
+        return
+    grid = ctx.view.by_entity("grad_norm")
+    need_steps(ctx, grid.steps, "grad_norm")
+    first = names[0].rpartition(".")[0] or names[0] if names else ""
+    out.add(make_finding(
+        "MostParametersFrozen", "gradient", first, grid.steps, 0, grid.steps.size - 1,
+        float(np.clip(share, 0.5, 1.0)),
+        {"frozen_tensors": frozen, "tensors_total": frozen + watched, "frozen_share": share, "first_frozen": first},
+        "gradient.frozen", 0), (grid.steps, np.ones(grid.steps.size)))
+
+
 def router_init(ctx: Context, data: object, out: Emit) -> None:
     """At initialisation the router already prefers some experts: the bias (or mean logit) of the favoured
     expert exceeds the median expert's by ``moe.router_init.spread`` nats. Routers start unbiased (Switch,

@@ -162,8 +162,15 @@ def unknown_score(ev: Mapping[str, SymptomEvidence], th: Thresholds) -> float:
 
 def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence],
                 edges: Sequence[CorrelationEdge], th: Thresholds, prior: float, steps: int = 0,
-                from_run_start: bool = True) -> CauseScore:
+                from_run_start: bool = True, specific_seen: bool = False) -> CauseScore:
+    """``specific_seen``: the cause's own specific evidence counts in this run (engine.infer.specific), so the
+    absence of a generic effect weighs only ``infer.generic_absent_factor`` of the usual: a presentation that
+    clipping or an adaptive optimiser softens (no drift, no oscillation) does not veto what decides. A cause's
+    specific items are alternative signatures (a layer left out of the optimizer, or frozen with
+    ``requires_grad=False``): once one counts, the absence of the others weighs as a generic effect's."""
     w = th["infer.absent_weight"]
+    own = set() if specific_seen else set(model.specific.get(cause, ()))
+    generic_w = w * th["infer.generic_absent_factor"] if specific_seen else w
     cut = _order_violations(model, ev, th)
     absent = frozenset(sym for sym, x in ev.items() if not x.findings)
     base = activation(model, cause, th.as_int("infer.max_depth"), cut, absent)
@@ -178,8 +185,8 @@ def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence
     every = list(model.profiles.get(cause, ()))
     profiles = [prof for prof in every if _overlap(set(prof), judged) >= th["infer.profile_match"]] or every
     variants = [{**base, **{k: v for k, v in prof.items() if (cause, k) not in cut}} for prof in profiles] + [base]
-    logs = [sum(_term(x.strength, 1.0 - (1.0 - leak(th, sym)) * (1.0 - act.get(sym, 0.0)), w)
-                for sym, x in ev.items()) for act in variants]
+    logs = [sum(_term(x.strength, 1.0 - (1.0 - leak(th, sym)) * (1.0 - act.get(sym, 0.0)),
+                      w if sym in own else generic_w) for sym, x in ev.items()) for act in variants]
     best = max(range(len(variants)), key=logs.__getitem__)
     act = variants[best]
     s = CauseScore(cause, math.log(max(prior, 1e-12)), _logmeanexp(logs), act)

@@ -3,6 +3,7 @@ candidate cause they yield, and assert the ranked hypotheses back (``prov:wasDer
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from debugtune.engine.infer.causal import (
 from debugtune.engine.infer.explain import explanation
 from debugtune.engine.infer.model import CausalModel, load_model
 from debugtune.engine.infer.report import Candidate, DiagnosisReport
+from debugtune.engine.infer.specific import Specificity, capped, lead_first, specificity, weigh
 from debugtune.engine.infer.undetermined import Undetermined, undetermined
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base, run_id_of_graph
@@ -43,6 +45,7 @@ class Ranking:
     candidates: list[Candidate]
     advice: list[Hypothesis] = field(default_factory=list)
     undetermined: Undetermined | None = None
+    specificity: dict[str, Specificity] = field(default_factory=dict)
 
 
 def reportable(model: CausalModel, s: CauseScore) -> bool:
@@ -89,18 +92,37 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -
 def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
          edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
          from_run_start: bool = True) -> Ranking:
-    """Score the candidates against the findings; build the hypotheses the knowledge base lets us report."""
+    """Score the candidates against the findings; build the hypotheses the knowledge base lets us report.
+
+    Whether a cause applies is decided on what the run could judge before a breakdown hid it: a NaN leaves later
+    symptoms unjudged, but the run was one that could have shown them."""
+    could_judge = set(judged)
     findings, judged = before_breakdown(findings, judged)
     ev = evidence(findings, judged, th["infer.evidence_floor"])
     pri = priors(model, th)
     steps = steps if steps is not None else max((f.end_step + 1 for f in findings), default=0)
     scores = [score_cause(model, c, ev, edges, th, pri.get(c, min(pri.values(), default=1e-6)), steps,
                           from_run_start)
-              for c in candidates if c in model.causes and applicable(model, c, judged, th["infer.applicable_share"])]
+              for c in candidates
+              if c in model.causes and applicable(model, c, could_judge, th["infer.applicable_share"])]
+    spec = {s.cause: specificity(model, s, ev, th) for s in scores}
+    # a cause whose own evidence decides, and is a fault by definition or came with harm to the outcome, is
+    # scored again with the absence of its generic effects discounted
+    scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)
+              if spec[s.cause].discounts else s for s in scores]
+    weigh(scores, spec, {s.cause: reportable(model, s) for s in scores}, th)
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
-    order = sorted(scores, key=lambda s: -conf[s.cause])
-    # decisions on the posterior, numbers shown through the calibration map ("unknown" keeps its posterior)
-    shown = {c: (p if c == UNKNOWN else calibrated(p, th)) for c, p in conf.items()}
+    by_cause = {s.cause: s for s in scores}
+    order = [by_cause[c] for c in lead_first(list(by_cause), conf, {c for c, x in spec.items() if x.decides})]
+    # decisions on the posterior, numbers shown through the calibration map ("unknown" keeps its posterior) and
+    # no higher than the ceiling for a cause without its specific evidence (engine.infer.specific)
+    shown = {c: (p if c == UNKNOWN else capped(calibrated(p, th), spec[c], th)) for c, p in conf.items()}
+    ceiling = th["infer.unspecific_ceiling"]
+
+    def hypothesis(s: CauseScore, rank: int) -> Hypothesis:
+        c = shown[s.cause]
+        return Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings), explanation(model, s, c, ev), rank=rank,
+                          basis=spec[s.cause].basis(ceiling))
     cands = [Candidate(s.cause, shown[s.cause], s.log_score) for s in order]
     cands.append(Candidate(UNKNOWN, conf[UNKNOWN], unknown_score(ev, th)))
     cands.sort(key=lambda c: -c.confidence)
@@ -109,21 +131,17 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     causal = [s for s in order if reportable(model, s)]
     for s in order:
         if not reportable(model, s) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
-            advice.append(Hypothesis(s.cause, shown[s.cause], tuple(s.chain), tuple(s.findings),
-                                     explanation(model, s, shown[s.cause], ev), rank=len(advice) + 1))
-    if causal and conf[causal[0].cause] >= th["infer.report_threshold"]:
-        for s in causal[: th.as_int("infer.max_hypotheses")]:
-            if hyps and conf[s.cause] < th["infer.list_threshold"]:
-                break
-            c = shown[s.cause]
-            hyps.append(Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings),
-                                   explanation(model, s, c, ev), rank=len(hyps) + 1))
+            advice.append(hypothesis(s, len(advice) + 1))
+    if causal and max(conf[s.cause] for s in causal) >= th["infer.report_threshold"]:
+        listed = [s for i, s in enumerate(causal) if i == 0 or conf[s.cause] >= th["infer.list_threshold"]]
+        for s in listed[: th.as_int("infer.max_hypotheses")]:
+            hyps.append(hypothesis(s, len(hyps) + 1))
     close = len(hyps) >= 2 and conf[hyps[1].cause] >= th["infer.close_call"] * conf[hyps[0].cause]
     open_ = None
     if causal and (not hyps or close):
         open_ = undetermined(causal, shown, judged, floor=th["infer.list_threshold"],
                              spread_min=th["infer.decider_spread"])
-    return Ranking(order, conf, hyps, cands, advice, open_)
+    return Ranking(order, conf, hyps, cands, advice, open_, spec)
 
 
 def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | None = None,

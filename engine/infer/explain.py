@@ -236,6 +236,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                  f"steps (the previous step's gradient was still in .grad at the next backward)"),
     "ParametersNotOptimized": lambda f: (f"{int(_g(f.evidence, 'layers_not_optimized'))} layer(s) (first {f.entity}) "
                                          f"received gradients but are in no optimizer and never changed"),
+    "MostParametersFrozen": lambda f: (f"{int(_g(f.evidence, 'frozen_tensors'))} of "
+                                       f"{int(_g(f.evidence, 'tensors_total'))} parameter tensors (first "
+                                       f"{f.entity}) have requires_grad=False and never change (meant only "
+                                       f"when probing or fine-tuning a part)"),
     "OutputsNotLogits": lambda f: (f"the model's outputs were "
                                    f"{_OUTPUT_KIND.get(str(f.evidence.get('kind')), 'squashed')}"
                                    f" (range {_g(f.evidence, 'output_min'):.3g} to {_g(f.evidence, 'output_max'):.3g}),"

@@ -42,6 +42,14 @@ class CausalModel:
     """Causes that are advice, never the root cause of a problem (``dt:advisory``)."""
     needs_judged: dict[str, frozenset[str]] = field(default_factory=dict)
     """Cause → symptoms a run must be able to judge for the cause to apply (``dt:appliesWhenJudged``)."""
+    specific: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Cause → the symptoms that speak for it in particular (``dt:SpecificEvidence``, engine.infer.specific)."""
+    counter: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Cause → the symptoms whose presence speaks against it (``dt:CounterEvidence``)."""
+    sufficient: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Cause → its specific evidence that is a fault by definition (``dt:sufficientAlone``)."""
+    outcomes: frozenset[str] = frozenset()
+    """Symptoms that are harm to the training's outcome (``dt:isOutcome``), not internal states."""
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -121,7 +129,21 @@ def load_model(store: Store) -> CausalModel:
             profiles[c].setdefault(r["p"], {})[sym] = min(max(float(r["v"]), 0.0), 1.0)
     return CausalModel(causes, symptoms, list(best.values()), counts, labels, from_start,
                        {c: [ps[k] for k in sorted(ps)] for c, ps in profiles.items()}, optional, preconditions,
-                       advisory, {c: frozenset(v) for c, v in needs.items()})
+                       advisory, {c: frozenset(v) for c, v in needs.items()},
+                       _evidence_items(store, "dt:SpecificEvidence"), _evidence_items(store, "dt:CounterEvidence"),
+                       _evidence_items(store, "dt:SpecificEvidence", "dt:sufficientAlone true"),
+                       _flagged(store, "dt:Symptom", "dt:isOutcome"))
+
+
+def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[str, ...]]:
+    """Cause → the symptoms of its ``cls`` items (``dt:evidenceFor``, ``dt:symptom``; those with the property
+    ``also`` too), sorted."""
+    out: dict[str, set[str]] = defaultdict(set)
+    extra = f" ; {also}" if also else ""
+    for r in store.select(f"SELECT ?c ?s WHERE {{ ?e a {cls} ; dt:evidenceFor ?c ; dt:symptom ?s{extra} }}").dicts():
+        if (c := _local(r["c"])) is not None and (sym := _local(r["s"])) is not None:
+            out[c].add(sym)
+    return {c: tuple(sorted(v)) for c, v in out.items()}
 
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:

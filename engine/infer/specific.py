@@ -1,0 +1,148 @@
+"""Specific evidence decides; generic evidence cannot (docs/diagnose.md, "Specific evidence decides").
+
+The knowledge base names, per cause, the symptoms that speak for it in particular (``dt:SpecificEvidence``:
+stale gradients for a missing ``zero_grad``, the balancing term's negligible share for a disabled balancing
+loss) and those that speak against it (``dt:CounterEvidence``: a tiny update ratio against a learning rate that
+is too high). Spikes, plateaus and exploding norms follow from many causes: they score a cause, but a cause
+that rests on them alone is shown at no more than ``infer.unspecific_ceiling``, and a cause whose specific
+evidence was observed leads.
+
+Specific evidence decides which cause, not whether there is one: the absence of a cause's generic effects is
+discounted (its harm may be hidden by clipping or an adaptive optimizer) only where the evidence is a fault by
+definition (``dt:sufficientAlone``) or an outcome symptom the cause reaches was observed (``dt:isOutcome``: the loss
+stalls, experts starve). Dead ReLUs in a run that learns are sparsity, not a dying-ReLU fault.
+
+Upstream explains downstream: a specific symptom does not count for a cause when an observed symptom with a
+path of causal links into it, which the cause itself does not reach, began no later (unnormalised inputs that bias a
+router explain the biased router before a gate-initialisation cause of its own is named).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+
+from debugtune.engine.diagnose.thresholds import Thresholds
+from debugtune.engine.infer.causal import CauseScore, SymptomEvidence
+from debugtune.engine.infer.model import CausalModel
+
+
+@dataclass(frozen=True)
+class Specificity:
+    """What speaks for one cause in particular, what explains it upstream, and what speaks against it."""
+
+    present: tuple[str, ...] = ()                    # observed specific evidence no other upstream symptom explains
+    upstream: tuple[tuple[str, str], ...] = ()       # (specific symptom, the observed upstream symptom explaining it)
+    against: tuple[str, ...] = ()                    # observed counter-evidence
+    declared: tuple[str, ...] = ()                   # every specific symptom the knowledge base names for the cause
+    harm: tuple[str, ...] = ()                       # observed outcome symptoms the cause reaches
+    sufficient: bool = False                         # some present evidence is a fault by definition
+
+    @property
+    def decides(self) -> bool:
+        """Whether the cause's own evidence is in the run (observed, unexplained, and nothing against it)."""
+        return bool(self.present) and not self.against
+
+    @property
+    def discounts(self) -> bool:
+        """Whether the absence of the cause's generic effects is discounted: it decides, and its evidence is a
+        fault by definition or harm to the outcome was seen."""
+        return self.decides and (self.sufficient or bool(self.harm))
+
+    def basis(self, ceiling: float) -> str:
+        """One sentence for the report: why the confidence is what it is."""
+        if self.against:
+            return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
+        if self.present:
+            return f"specific evidence: {', '.join(self.present)}"
+        if self.upstream:
+            why = ", ".join(f"{s} by {u}" for s, u in self.upstream)
+            return f"its specific evidence is explained upstream ({why}); shown at most {ceiling:.2f}"
+        if self.declared:
+            return (f"no specific evidence (would decide: {', '.join(self.declared)}); generic symptoms only, "
+                    f"shown at most {ceiling:.2f}")
+        return ("the knowledge base names no specific evidence for it; generic symptoms only, "
+                f"shown at most {ceiling:.2f}")
+
+
+def _observed(ev: Mapping[str, SymptomEvidence], symptom: str) -> bool:
+    x = ev.get(symptom)
+    return x is not None and bool(x.findings) and x.strength > 0
+
+
+def authored_reach(model: CausalModel, cause: str) -> set[str]:
+    """The cause and every symptom its authored links reach (measured calibration links left out: they say how
+    often a symptom showed under the cause on the bench, not that the cause produces it)."""
+    seen, todo = {cause}, [cause]
+    while todo:
+        for link in model.children.get(todo.pop(), ()):
+            if not link.measured and link.target not in seen:
+                seen.add(link.target)
+                todo.append(link.target)
+    return seen
+
+
+def _upstream(model: CausalModel, symptom: str) -> list[str]:
+    """The symptoms with a path of authored links into ``symptom``, nearest first (a starved expert's zero update
+    is its router's imbalance, through a dead expert the detectors confirm only later)."""
+    out: list[str] = []
+    seen, todo = {symptom}, [symptom]
+    while todo:
+        nxt = []
+        for node in todo:
+            for link in model.parents.get(node, ()):
+                if not link.measured and link.source in model.symptoms and link.source not in seen:
+                    seen.add(link.source)
+                    out.append(link.source)
+                    nxt.append(link.source)
+        todo = nxt
+    return out
+
+
+def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds) -> Specificity:
+    """The specific evidence of ``s.cause`` in this run; an upstream symptom explains one only when the cause
+    does not reach that symptom itself (``authored_reach``)."""
+    declared = model.specific.get(s.cause, ())
+    own = authored_reach(model, s.cause)
+    slack = th["infer.precedence_slack"]
+    present: list[str] = []
+    upstream: list[tuple[str, str]] = []
+    for sym in declared:
+        if not _observed(ev, sym):
+            continue
+        onset = ev[sym].onset or 0
+        by = next((up for up in _upstream(model, sym) if up not in own and _observed(ev, up)
+                   and (ev[up].onset or 0) <= onset + slack), None)
+        if by is None:
+            present.append(sym)
+        else:
+            upstream.append((sym, by))
+    against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym))
+    harm = tuple(sorted(sym for sym in own & model.outcomes if _observed(ev, sym)))
+    sufficient = any(sym in model.sufficient.get(s.cause, ()) for sym in present)
+    return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient)
+
+
+def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],
+          th: Thresholds) -> None:
+    """Fold the rule into the log scores: counter-evidence costs ``infer.counter_penalty`` once; where some
+    reportable candidate's specific evidence decides, every candidate without costs ``infer.unspecific_penalty``."""
+    anyone = any(spec[s.cause].decides and reportable[s.cause] for s in scores)
+    for s in scores:
+        x = spec[s.cause]
+        if x.against:
+            s.log_likelihood += math.log(th["infer.counter_penalty"])
+        if anyone and not x.decides:
+            s.log_likelihood += math.log(th["infer.unspecific_penalty"])
+
+
+def lead_first(causes: Sequence[str], confidence: Mapping[str, float], decides: Set[str]) -> list[str]:
+    """``causes`` with those whose specific evidence decides first, each group by confidence: a cause resting on
+    generic symptoms alone never leads one whose own evidence is in the run."""
+    return sorted(causes, key=lambda c: (c not in decides, -confidence[c]))
+
+
+def capped(confidence: float, x: Specificity, th: Thresholds) -> float:
+    """The confidence shown: no higher than the ceiling unless the cause's own evidence decides."""
+    return confidence if x.decides else min(confidence, th["infer.unspecific_ceiling"])

@@ -1,0 +1,116 @@
+"""Specific evidence decides, generic evidence cannot (engine/infer/specific.py, docs/diagnose.md): the knowledge
+base's evidence items are well formed and judged by a registered detector, and the rule orders and caps the causal
+engine's answers on constructed finding sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from debugtune.engine.diagnose import DETECTORS
+from debugtune.engine.infer.causal import UNKNOWN
+from tests.diagnose_helpers import knowledge_store, thresholds
+from tests.test_infer import f, top
+
+DENSE = {"LossSpike", "LossOscillation", "LossDivergence", "LossPlateau", "SlowConvergence", "GradientExplosion",
+         "GradientVanishing", "NaNOrInf", "UpdateRatioTooHigh", "UpdateRatioTooLow", "ZeroUpdate", "GradNormDrift",
+         "StaleGradients", "GradNormSawtooth", "InitWeightsTooLarge", "ForwardSignalVanishing", "InputScaleAbnormal"}
+MOE = DENSE | {"ExpertImbalance", "DeadExperts", "TokenDropping", "RouterGradVanishing", "RouterBiasedAtInit",
+               "BalanceLossNegligible"}
+
+
+@pytest.fixture(scope="module")
+def th():
+    return thresholds()
+
+
+@pytest.fixture(scope="module")
+def model():
+    from debugtune.engine.infer import load_model
+
+    return load_model(knowledge_store())
+
+
+def test_every_evidence_item_names_a_linked_symptom_a_detector_judges(model):
+    """An item whose symptom no detector judges could never be observed, and specific evidence must be a symptom
+    the cause itself produces (a causal link from the cause to it)."""
+    judged = {d.symptom for d in DETECTORS}
+    imported = {str(x).rsplit("/", 1)[-1] for x in knowledge_store().select(
+        "SELECT ?s WHERE { ?s dt:undetected true }").column("s")}  # findings of these come from case packages
+    judged |= imported
+    assert model.specific and model.counter
+    for items in (model.specific, model.counter):
+        for cause, symptoms in items.items():
+            assert cause in model.causes, cause
+            for sym in symptoms:
+                assert sym in judged, f"{cause}: no registered detector judges {sym}"
+    for cause, symptoms in model.specific.items():
+        targets = {link.target for link in model.children.get(cause, ()) if not link.measured}
+        assert set(symptoms) <= targets, f"{cause}: specific evidence without a link: {set(symptoms) - targets}"
+    for cause, symptoms in model.counter.items():
+        assert not set(symptoms) & set(model.specific.get(cause, ())), cause
+
+
+def _generic_lr_findings():
+    return [f("LossSpike", onset=30, end=40, severity=1.0), f("LossOscillation", onset=20, severity=1.0),
+            f("GradientExplosion", onset=25, end=60, severity=1.0, dimension="gradient"),
+            f("GradNormDrift", onset=20, severity=1.0, dimension="gradient")]
+
+
+def test_specific_evidence_leads_over_a_generic_chain(model, th):
+    """A missing zero_grad shows stale gradients beside the oscillation and explosion a learning rate also
+    explains: the stale gradients decide."""
+    findings = [*_generic_lr_findings(), f("StaleGradients", onset=1, dimension="gradient", grad_cos_prev=0.99)]
+    r = top(model, th, findings, DENSE)
+    assert r.hypotheses[0].cause == "MissingZeroGrad"
+    assert r.specificity["MissingZeroGrad"].decides
+    assert "specific evidence: StaleGradients" in r.hypotheses[0].basis
+    lr = r.specificity["LearningRateTooHigh"]
+    assert not lr.decides
+    for h in r.hypotheses[1:]:
+        if not r.specificity[h.cause].decides:
+            assert h.confidence <= th["infer.unspecific_ceiling"] + 1e-9
+
+
+def test_generic_symptoms_alone_stay_under_the_ceiling_and_say_what_would_decide(model, th):
+    r = top(model, th, _generic_lr_findings(), DENSE)
+    assert r.hypotheses, "the generic chain is still reported"
+    ceiling = th["infer.unspecific_ceiling"]
+    for h in r.hypotheses:
+        assert h.confidence <= ceiling + 1e-9
+        assert h.basis and f"{ceiling:.2f}" in h.basis
+    lead = r.hypotheses[0]
+    assert "would decide" in lead.basis or "names no specific evidence" in lead.basis
+    assert {c.cause: c.confidence for c in r.candidates}[lead.cause] <= ceiling + 1e-9
+
+
+def test_a_low_update_ratio_is_evidence_against_a_learning_rate_too_high(model, th):
+    """The direction matters: updates far below the usual size cannot come from a step that is too large."""
+    generic = _generic_lr_findings()
+    low = f("UpdateRatioTooLow", onset=0, dimension="gradient", update_ratio=1e-7)
+    r = top(model, th, [*generic, low], DENSE)
+    assert r.specificity["LearningRateTooHigh"].against == ("UpdateRatioTooLow",)
+    assert r.confidences["LearningRateTooHigh"] < top(model, th, generic, DENSE).confidences["LearningRateTooHigh"]
+    assert r.specificity["LearningRateTooLow"].decides
+    assert r.scores[0].cause != "LearningRateTooHigh"
+
+
+def test_upstream_input_scale_explains_a_biased_router(model, th):
+    """Unnormalised inputs bias every token's router logits the same way: the input scale, upstream in the forward
+    pass, explains the biased router before a gate-initialisation cause of its own is named."""
+    router = "moe.router"
+    biased = [f("RouterBiasedAtInit", router, onset=0, dimension="gradient", top_expert_share=0.9),
+              f("ExpertImbalance", f"{router}/expert:0", onset=2, dimension="convergence", token_share=0.8),
+              f("LossPlateau", onset=40, severity=0.8)]
+    alone = top(model, th, biased, MOE)
+    assert alone.scores[0].cause == "GateInitBias" and alone.specificity["GateInitBias"].decides
+    scale = f("InputScaleAbnormal", "input", onset=0, dimension="gradient", input_abs_mean=40.0)
+    r = top(model, th, [scale, *biased], MOE)
+    gate = r.specificity["GateInitBias"]
+    assert not gate.decides and gate.upstream == (("RouterBiasedAtInit", "InputScaleAbnormal"),)
+    assert r.hypotheses[0].cause == "UnnormalizedInputs"
+    assert "RouterBiasedAtInit" in r.hypotheses[0].chain
+
+
+def test_nothing_decides_without_findings(model, th):
+    r = top(model, th, [], DENSE)
+    assert not r.hypotheses and r.confidences.get(UNKNOWN, 0) > 0.5 or not r.scores

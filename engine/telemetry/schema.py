@@ -115,6 +115,8 @@ COMMUNICATION_METRICS = {
     # added by the trace importers (issue 13): the device timeline of a step (HTA's definitions)
     "cpu_step_ms": "the step as the host saw it (the ProfilerStep annotation); step_time_ms is the device window",
     "comm_overlapped_ms": "communication running while computation runs (hidden behind it)",
+    # added by the per-operation and worker-timeline importers (issue 33)
+    "microbatch_count": "forward micro-batches the rank computed in the step (the m of the 1F1B bubble)",
 }
 HARDWARE_METRICS = {
     "util_pct": "accelerator utilisation (entity: 'device:<name>')",

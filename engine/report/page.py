@@ -16,8 +16,8 @@ from debugtune.engine.report import plots
 from debugtune.engine.report.chain import chain_svg
 from debugtune.engine.report.correlation import correlation_svg
 from debugtune.engine.report.data import ReportData
-from debugtune.engine.report.grid_plot import grid_figure
 from debugtune.engine.report.escape import h, script_json
+from debugtune.engine.report.grid_plot import grid_figure
 from debugtune.engine.report.tables import (
     absent,
     cost_block,

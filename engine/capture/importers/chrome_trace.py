@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from debugtune.engine.capture.importers import devices
+from debugtune.engine.capture.importers import devices, worker_timeline
 from debugtune.engine.capture.importers.collectives import (
     busbw_factor,
     dtype_bytes,
@@ -46,7 +46,7 @@ from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.json_stream import Event, TraceStream, args_of
 from debugtune.engine.capture.importers.process_groups import GroupBook, peer_of
 from debugtune.engine.capture.importers.sink import RunSink
-from debugtune.engine.capture.importers.textio import head_text
+from debugtune.engine.capture.importers.trace_kinds import is_chrome_trace, is_worker_timeline
 
 _KERNEL = frozenset({"kernel", "Kernel"})
 _MEMORY = frozenset({"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
@@ -406,22 +406,13 @@ def read_collectives(path: str | Path) -> list[Collective]:
 
 
 # -- importer interface --------------------------------------------------------------------------------------
-def _is_trace_file(path: Path) -> bool:
-    name = path.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        return False
-    head = head_text(path, 65536)
-    stripped = head.lstrip()
-    return '"traceEvents"' in head or (stripped.startswith("[") and '"ph"' in head)
-
-
 def trace_files(path: Path) -> list[Path]:
     """The trace files at ``path`` (the file itself, or the traces in a directory and its subdirectories)."""
     if path.is_file():
-        return [path] if _is_trace_file(path) else []
-    found = sorted(p for p in path.glob("*") if p.is_file() and _is_trace_file(p))
+        return [path] if is_chrome_trace(path) else []
+    found = sorted(p for p in path.glob("*") if p.is_file() and is_chrome_trace(p))
     if not found:
-        found = sorted(p for p in path.glob("*/*") if p.is_file() and _is_trace_file(p))
+        found = sorted(p for p in path.glob("*/*") if p.is_file() and is_chrome_trace(p))
     return found
 
 
@@ -433,6 +424,9 @@ def load(path: Path, sink: RunSink) -> None:
     files = trace_files(path)
     if not files:
         raise ImportFormatError(path, "no Chrome trace (.json / .json.gz with traceEvents) found")
+    if all(is_worker_timeline(f) for f in files):  # tracks are workers, not Kineto's: the importer for those
+        worker_timeline.load(path, sink)
+        return
     summaries = [analyze_trace(f) for f in files]
     taken: dict[int, Path] = {}
     book = GroupBook()

@@ -126,18 +126,27 @@ def load(path: Path, sink: RunSink) -> None:
                 if col in ("stage", "dp_rank"):
                     (stage if col == "stage" else replica).update(
                         zip(rank.tolist(), values.astype(np.int64).tolist(), strict=True))
-        _emit(sink, rank, step, op, t0, d)
-    parallel = {k: len(v) for k, v in sizes.items() if v}
+        emit_ops(sink, rank, step, op, t0, d)
     sink.meta.update({"framework": "per-operation timing table", "world_size": len(sink.ranks),
-                      "from_run_start": False, "parallel": parallel,
-                      **({"layout": {"stage": {str(r): s for r, s in sorted(stage.items())},
-                                     **({"dp": {str(r): d for r, d in sorted(replica.items())}} if replica else {})}}
-                         if stage else {})})
+                      "from_run_start": False, **grid_meta(stage, replica, sizes)})
 
 
-def _emit(sink: RunSink, rank: np.ndarray, step: np.ndarray, op: np.ndarray, t0: np.ndarray, d: np.ndarray) -> None:
-    kinds = {o: kind_of(o) for o in np.unique(op)}
-    kind = np.array([kinds[o] or "" for o in op])
+def grid_meta(stage: dict[int, int], replica: dict[int, int], sizes: dict[str, set[int]]) -> dict[str, Any]:
+    """run.json ``parallel`` sizes and ``layout`` (rank → stage, rank → data-parallel replica)."""
+    out: dict[str, Any] = {"parallel": {k: len(v) for k, v in sizes.items() if v}}
+    if stage:
+        out["layout"] = {"stage": {str(r): s for r, s in sorted(stage.items())},
+                         **({"dp": {str(r): d for r, d in sorted(replica.items())}} if replica else {})}
+    return out
+
+
+def emit_ops(sink: RunSink, rank: np.ndarray, step: np.ndarray, op: np.ndarray, t0: np.ndarray, d: np.ndarray,
+             kind: np.ndarray | None = None) -> None:
+    """Per (rank, step) metrics of the module docstring from one row per operation (times in ms); ``kind`` gives
+    the collective kind of each operation where its name does not ('' = computation), else ``kind_of``."""
+    if kind is None:
+        kinds = {o: kind_of(o) for o in np.unique(op)}
+        kind = np.array([kinds[o] or "" for o in op])
     low = np.char.lower(op.astype(str))
     loading = np.char.find(low, "data-load") >= 0
     compute = (kind == "") & ~loading & (np.char.find(low, "data-sync") < 0)

@@ -129,6 +129,8 @@ HARDWARE_METRICS = {
     # added by the importers (issue 3)
     "kernel_ms": "device kernel time in the step (entity: 'op:<operator type>'; '' = all non-communication kernels)",
     "kernel_count": "number of device kernels in the step (entity as kernel_ms)",
+    "flop_count": "floating-point operations in the step from the CUPTI range profiler's SASS counters "
+                  "(entity: fp64 / fp32 / fp16)",
     "cube_util_pct": "duration-weighted cube (matrix unit) utilisation of AI Core kernels (Ascend)",
     "module_mem_bytes": "device memory reserved by one software component (entity: 'device:<dev>/<component>')",
     "mem_util_pct": "memory-controller (bandwidth) utilisation of the device",

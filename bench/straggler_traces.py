@@ -26,8 +26,9 @@ Scenarios (the cause planted, the symptom that must come first and where):
 The sizes and factors follow what ByteDance's study reports of its three traces (ST dp 2 × pp 4, stage 3 at 1.62 ×;
 AR dp 4 × pp 4 × tp 4, one worker at 2.35 ×; SE a long last stage besides the length imbalance), not their data.
 
-Run: ``python -m bench.straggler_traces OUT [--steps 30]`` writes ``<scenario>/trace.parquet`` and
-``<scenario>/timeline.json.gz`` per scenario.
+Run: ``python -m bench.straggler_traces OUT [--steps 30] [--seed 0] [--no-timeline-steps]`` writes
+``<scenario>/trace.parquet`` and ``<scenario>/timeline.json.gz`` per scenario; ``bench/trace_agreement.py``
+diagnoses them in both forms.
 """
 
 from __future__ import annotations
@@ -209,14 +210,15 @@ def timeline(table: pa.Table, *, with_steps: bool = True) -> list[dict[str, Any]
     return events
 
 
-def write(sc: Scenario, out: Path, steps: int = 30, seed: int = 0) -> Path:
-    """``out/<scenario>/trace.parquet`` and ``timeline.json.gz``; returns the folder."""
+def write(sc: Scenario, out: Path, steps: int = 30, seed: int = 0, *, timeline_steps: bool = True) -> Path:
+    """``out/<scenario>/trace.parquet`` and ``timeline.json.gz`` (its events without step numbers unless
+    ``timeline_steps``); returns the folder."""
     folder = out / sc.name
     folder.mkdir(parents=True, exist_ok=True)
     table = simulate(sc, steps, seed)
     pq.write_table(table, folder / "trace.parquet")
     with gzip.open(folder / "timeline.json.gz", "wt", encoding="utf-8") as fh:
-        json.dump(timeline(table), fh)
+        json.dump(timeline(table, with_steps=timeline_steps), fh)
     return folder
 
 
@@ -224,9 +226,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-timeline-steps", action="store_true", help="timeline events without step numbers")
     args = parser.parse_args()
     for sc in SCENARIOS:
-        print(write(sc, args.out, args.steps))
+        print(write(sc, args.out, args.steps, args.seed, timeline_steps=not args.no_timeline_steps))
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def _generic(marker: bool):
                 events.append({"ph": "X", "name": f"iteration {10 + i}", "pid": 100 + rank, "tid": 1, "ts": t,
                                "dur": 900.0})
             events += [{"ph": "X", "name": "fwd", "pid": 100 + rank, "tid": 1, "ts": t + 10, "dur": 200.0},
-                       {"ph": "X", "name": "bwd", "pid": 100 + rank, "tid": 1, "ts": t + 220, "dur": 400.0 + rank * 100},
+                       {"ph": "X", "name": "bwd", "pid": 100 + rank, "tid": 1, "ts": t + 220,
+                        "dur": 400.0 + rank * 100},
                        {"ph": "X", "name": "sync_grads", "pid": 100 + rank, "tid": 2, "ts": t + 700, "dur": 150.0}]
     return events
 

@@ -43,7 +43,8 @@ def grid_figure(d: ReportData) -> Built:
         who = [[f"{who[c[0]][j]} … {who[c[-1]][j]}" for j in range(len(stages))] for c in cuts]
         names = [f"replicas {reps[c[0]]}–{reps[c[-1]]}" for c in cuts]
         note = f" {len(reps)} replicas averaged into {MAX_ROWS} rows."
-    trace = {"type": "heatmap", "z": np.where(np.isfinite(z), z, None).tolist(),
+    cells = [[float(v) if np.isfinite(v) else None for v in row] for row in z]
+    trace = {"type": "heatmap", "z": cells,
              "x": [f"stage {s}" for s in stages], "y": names, "text": who,
              "colorscale": "YlOrRd", "colorbar": {"title": {"text": "ms"}},
              "hovertemplate": "%{y}, %{x}<br>rank %{text}<br>median compute %{z:.1f} ms<extra></extra>"}

@@ -133,8 +133,7 @@ def _workers(tl: _Timeline) -> dict[Any, _Worker]:
 
 def _marker_steps(w: _Worker) -> np.ndarray | None:
     """Steps from named markers (ProfilerStep#N, iteration N, ...) on the worker; None when it has fewer than two."""
-    marks = [(i, _MARKER.match(n)) for i, n in enumerate(w.name)]
-    marks = [(i, m) for i, m in marks if m is not None]
+    marks = [(i, m) for i, n in enumerate(w.name) if (m := _MARKER.match(n)) is not None]
     if len(marks) < MIN_STEPS:
         return None
     step = np.full(len(w.ts), -1, dtype=np.int64)
@@ -162,7 +161,7 @@ def _sequence_steps(w: _Worker) -> tuple[np.ndarray, str] | None:
         sizes = np.diff(np.concatenate([[0], cuts, [names.size]]))
         if sizes.size < MIN_STEPS:
             continue
-        spread = float(np.std(sizes[:-1]) / max(np.mean(sizes[:-1]), 1.0)) if sizes.size > 2 else 0.0
+        spread = float(np.std(sizes[:-1])) / max(float(np.mean(sizes[:-1])), 1.0) if sizes.size > 2 else 0.0
         # the last piece may be a step cut short by the end of the window; it must not be longer than the others
         if sizes.size > 2 and sizes[-1] > 1.5 * np.max(sizes[:-1]):
             continue

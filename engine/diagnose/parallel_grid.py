@@ -62,6 +62,14 @@ class WorkerGrid:
     def replicas(self) -> list[int]:
         return sorted(set(self.replica.tolist()))
 
+    def replica_load(self) -> np.ndarray:
+        """Per replica and step, its workers' mean compute relative to their stage's median (replicas × steps)."""
+        rel = np.empty_like(self.values)
+        for s in self.stages:
+            idx = self.stage == s
+            rel[idx] = self.values[idx] / np.maximum(np.median(self.values[idx], axis=0), 1e-12)
+        return np.array([rel[self.replica == r].mean(axis=0) for r in self.replicas])
+
     def heat(self) -> tuple[list[int], list[int], np.ndarray]:
         """(replicas, stages, median compute per replica × stage; NaN where no worker) — the report's heat map."""
         reps, sts = self.replicas, self.stages
@@ -204,10 +212,5 @@ def _slowest_replica(g: WorkerGrid) -> float:
     reps = g.replicas
     if len(reps) < 2:
         return math.nan
-    rel = np.empty_like(g.values)
-    for s in g.stages:
-        idx = g.stage == s
-        rel[idx] = g.values[idx] / np.maximum(np.median(g.values[idx], axis=0), 1e-12)
-    per = np.array([rel[g.replica == r].mean(axis=0) for r in reps])
-    slowest = np.argmax(per, axis=0)
+    slowest = np.argmax(g.replica_load(), axis=0)
     return float(np.bincount(slowest, minlength=len(reps)).max() / slowest.size)

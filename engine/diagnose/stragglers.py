@@ -338,11 +338,7 @@ def replica_variation(ctx: Context, data: GridData, out: Emit) -> None:
         raise NotJudged(f"{g.steps.size} steps of compute_ms on every rank")
     if not math.isfinite(sh.replica_share) or not math.isfinite(sh.coherence):
         return  # balanced: nothing to take back
-    rel = np.empty_like(g.values)
-    for s in g.stages:
-        idx = g.stage == s
-        rel[idx] = g.values[idx] / np.maximum(np.median(g.values[idx], axis=0), 1e-12)
-    per = np.array([rel[g.replica == r].mean(axis=0) for r in g.replicas])
+    per = g.replica_load()
     cv = per.std(axis=0) / np.maximum(per.mean(axis=0), 1e-12)
     limit = th["communication.compute_imbalance.cv"]
     level = float(np.median(cv))

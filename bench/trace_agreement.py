@@ -45,7 +45,7 @@ import numpy as np
 from bench import straggler_traces, trace_record
 from debugtune.api import diagnose
 from debugtune.engine.capture.importers import import_path
-from debugtune.engine.telemetry import read_telemetry
+from debugtune.engine.telemetry import read_run_json, read_telemetry
 from debugtune.engine.telemetry.shares import share
 from debugtune.kg import open_store
 from debugtune.kg.knowledge import load_knowledge
@@ -84,10 +84,12 @@ def _ours(run_dir: Path) -> dict[str, list[float]]:
                                                                         "step_time_ms")).table.column("rank")
                                                  .to_pylist())}
     out: dict[str, list[float]] = {"idle_pct": [], "overlap_pct": [], "comm_ms": []}
+    # HTA leaves out the last ProfilerStep; a trace without them (steps from a marker) it reads whole
+    marked = any(n.startswith("no ProfilerStep") for n in read_run_json(run_dir).get("notes", []))
     for rank in sorted(per):
         rows = per[rank]
         steps = sorted({s for series in rows.values() for s in series})
-        keep = set(steps[:-1]) if len(steps) > 1 else set(steps)
+        keep = set(steps[:-1]) if len(steps) > 1 and not marked else set(steps)
 
         def total(metric: str, rows=rows, keep=keep) -> float:
             series = rows.get(metric)

@@ -148,3 +148,16 @@ def test_an_input_no_importer_reads_says_what_it_looks_like(tmp_path, name, cont
     path.write_text(content)
     with pytest.raises(ImportFormatError, match=f"looks like {says}"):
         detect_format(path)
+
+
+def test_the_cli_imports_a_worker_timeline_given_as_a_pytorch_trace(tmp_path):
+    """A user's first try: `cann-debug import pytorch-trace timeline-*.json.gz` (the real entry point)."""
+    import subprocess
+    import sys
+
+    src = _write(tmp_path / "timeline-AR.json.gz", st.timeline(st.simulate(st.plan()["balanced"], steps=3)))
+    cmd = [sys.executable, "-c", "import sys; from debugtune.cli import debug_main; sys.argv[0] = 'cann-debug'; "
+           "debug_main()", "import", "pytorch-trace", str(src), "--run-dir", str(tmp_path / "run")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "worker-timeline" in done.stdout and "tracks are workers" in done.stdout and "args.step" in done.stdout

@@ -61,6 +61,8 @@ def import_cmd(
     table.add_row("steps", f"{steps['count']} ({steps['first']} … {steps['last']})" if steps["count"] else "0")
     table.add_row("metrics", ", ".join(result.metrics))
     table.add_row("files", str(len(result.files)))
+    for note in result.notes:
+        table.add_row("note", note)
     console.print(table)
 
 

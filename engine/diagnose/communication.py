@@ -8,6 +8,8 @@ weight (``evidence``). Thresholds: ``cases/thresholds/communication.ttl``; link 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from debugtune.engine.diagnose import evidence
@@ -15,6 +17,7 @@ from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import centred_trimmed_mean, ffill, first_run, trimmed_mean
 from debugtune.engine.diagnose.stragglers import complete
+from debugtune.engine.telemetry.shares import shares
 
 DIM = "communication"
 
@@ -113,8 +116,9 @@ def comm_share(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     num = "comm_not_overlapped_ms" if view.has("comm_not_overlapped_ms") else "comm_ms"
     c, t = view.by_rank(num), view.by_rank("step_time_ms")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        share = np.nanmedian(c.values / t.like(c), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a step no rank measured stays NaN
+        share = np.nanmedian(shares(c.values, t.like(c)), axis=0)
     judged = np.isfinite(share)
     share = ffill(share)
     level = float(np.nanmedian(share))

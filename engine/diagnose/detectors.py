@@ -25,6 +25,7 @@ _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.w
 _MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
 _EV = ("diagnose.evidence.*",)
 _COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN, *_EV)
+_GRID = ("communication.grid.top_frac", "communication.stage.*", "communication.slow_rank.worker_share")
 _HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN, *_EV)
 _HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples", *_EV)  # sampled counters
 G, C, M, H = "gradient", "convergence", "communication", "hardware"
@@ -129,12 +130,16 @@ DETECTORS: tuple[Detector, ...] = (
     # -- communication -------------------------------------------------------------------------------
     Detector("communication.slow_rank", "SlowRank", M,
              (("collective_ms", "comm_ms", "compute_ms", "step_time_ms", "free_ms"),),
-             (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*"), strag.slow_rank),
+             (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*", *_GRID), strag.slow_rank,
+             strag.grid_data),
     Detector("communication.slow_compute", "SlowCompute", M, (("compute_ms",),),
-             (*_COMM, "communication.slow_rank.compute_ratio", "communication.onset_z"), strag.slow_compute,
-             signature_of=("StragglerRank",)),
+             (*_COMM, "communication.slow_rank.compute_ratio", "communication.onset_z", *_GRID), strag.slow_compute,
+             strag.grid_data, signature_of=("StragglerRank",)),
     Detector("communication.slow_stage", "SlowPipelineStage", M, (("compute_ms",),),
-             (*_COMM, "communication.stage.*"), strag.slow_stage),
+             (*_COMM, *_GRID), strag.slow_stage, strag.grid_data),
+    Detector("communication.replica_variation", "ReplicaComputeVariation", M, (("compute_ms",),),
+             (*_COMM, *_GRID, "communication.replica.*", "communication.compute_imbalance.*"),
+             strag.replica_variation, strag.grid_data),
     Detector("communication.compute_imbalance", "ComputeImbalance", M, (("compute_ms",),),
              (*_COMM, "communication.compute_imbalance.*"), strag.compute_imbalance),
     Detector("communication.slow_link", "SlowLink", M, (("link_bw_gbps",),),

@@ -16,6 +16,7 @@ from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import ffill, first_run, smooth
+from debugtune.engine.telemetry.shares import shares
 
 DIM = "hardware"
 
@@ -132,7 +133,7 @@ def dataloader(ctx: Context, data: object, out: Emit) -> None:
     share = None
     if step is not None and not step.empty:
         with np.errstate(invalid="ignore", divide="ignore"):
-            share = wait.values / step.like(wait)
+            share = shares(wait.values, step.like(wait))
     abs_limit, share_limit = th["hardware.dataloader.wait_ms"], th["hardware.dataloader.share"]
     floor = th["hardware.dataloader.min_wait_ms"]
     window = min(ctx.persist("hardware.persist_steps", wait.steps), wait.steps.size)

@@ -1,5 +1,12 @@
-"""Stragglers by group and stage: the slow rank (SlowRank), the slow pipeline stage (SlowPipelineStage) and
-compute imbalance with no single slow rank (ComputeImbalance).
+"""Stragglers by group and stage: the slow rank (SlowRank), the slow pipeline stage (SlowPipelineStage), compute
+imbalance with no single slow rank (ComputeImbalance) and per-step compute that varies across the data-parallel
+replicas, every stage of a replica alike (ReplicaComputeVariation: uneven data).
+
+Which of the three a slowdown is — a stage, a rank, the data — is decided on the parallel grid
+(``parallel_grid``): the share of the slowdown that fixing the slowest workers, one stage, or the variation across
+replicas would take back (ByteDance's M_W and M_S). A stage's ranks that are all slow are the stage's finding, not
+a straggler's: a rank the vote names inside a slow stage, no slower than its stage peers, and whose fix would take
+back less than ``communication.slow_rank.worker_share`` of the slowdown is not reported as a slow rank.
 
 Ranks are compared only within their groups (``groups``: the members of the same communicator, else the ranks of
 the same pipeline stage). The slow-rank vote follows msprof-analyze's slow_rank recipe per collective instance
@@ -14,17 +21,49 @@ Thresholds: ``cases/thresholds/communication.ttl``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from debugtune.engine.diagnose import evidence
 from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.groups import Layout, layout, member_groups
+from debugtune.engine.diagnose.parallel_grid import Shares, WorkerGrid, bubble_fraction, shares, worker_grid
 from debugtune.engine.diagnose.registry import Emit, NotJudged
 from debugtune.engine.diagnose.stats import change_point, dixon_low, sigma_low
 
 DIM = "communication"
 _P2P = ("send", "recv", "barrier")
+
+
+class GridData:
+    """The parallel grid of the run's per-worker compute and its what-if shares (None where not measurable)."""
+
+    def __init__(self, ctx: Context):
+        self.layout = layout(ctx.meta, ctx.view.ranks().tolist())
+        self.grid: WorkerGrid | None = None
+        self.shares: Shares | None = None
+        if not ctx.view.has("compute_ms"):
+            return
+        g = complete(ctx.view.by_rank("compute_ms"))
+        if len(g.labels) >= 2 and g.steps.size:
+            self.grid = worker_grid(g, self.layout, ctx.meta)
+            self.shares = shares(self.grid, ctx.th["communication.grid.top_frac"])
+
+    def stage_explains(self, ctx: Context, rank: int) -> bool:
+        """Whether ``rank``'s stage, not the rank, holds the slowdown: the rank lies in the stage whose fix takes
+        back ``communication.stage.share`` of it while fixing the slowest workers takes back less than
+        ``communication.slow_rank.worker_share``."""
+        sh, th = self.shares, ctx.th
+        if sh is None or sh.stage is None or self.layout.stage.get(rank) != sh.stage:
+            return False
+        return sh.stage_share >= th["communication.stage.share"] and not \
+            sh.worker_share >= th["communication.slow_rank.worker_share"]
+
+
+def grid_data(ctx: Context) -> GridData:
+    return GridData(ctx)
 
 
 def complete(grid: Grid) -> Grid:
@@ -125,7 +164,7 @@ def _spread(ctx: Context, lay: Layout, ranks: np.ndarray) -> tuple[float, int | 
     return best
 
 
-def slow_rank(ctx: Context, data: object, out: Emit) -> None:
+def slow_rank(ctx: Context, data: GridData, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     ranks = view.ranks()
     if ranks.size < 2:
@@ -178,7 +217,10 @@ def slow_rank(ctx: Context, data: object, out: Emit) -> None:
     start = change_point(np.nan_to_num(indicator), th["communication.onset_z"])
     persist = min(ctx.persist("communication.persist_steps", steps), steps.size)
     ratio, excess, slower = _compute_outlier(ctx, rank, members)
-    if ratio is not None and ratio >= th["communication.slow_rank.compute_ratio"]:
+    outlier = ratio is not None and ratio >= th["communication.slow_rank.compute_ratio"]
+    if not outlier and data.stage_explains(ctx, rank):
+        return  # all of its stage is slow and it no slower than its peers: SlowPipelineStage's finding
+    if outlier:
         hits = hits | np.isin(steps, slower)  # a step where it computed that much longer shows it too
     if not hits.any():
         return  # no single step where it stood out: the medians' spread alone is not a slow rank
@@ -192,10 +234,16 @@ def slow_rank(ctx: Context, data: object, out: Emit) -> None:
         extra["compute_outlier"] = bool(ratio >= th["communication.slow_rank.compute_ratio"])
     if lay.stage:
         extra["stage"] = float(lay.stage.get(rank, -1))
+    extra.update(_grid_evidence(data))
     sev, ev = evidence.scaled(ctx, base, hits, instances=t.instances if t is not None else 0, extra=extra)
     out.add(make_finding("SlowRank", DIM, f"rank:{rank}", steps, start, steps.size - 1, sev, ev,
                          "communication.slow_rank.vote" if by_vote else f"communication.slow_rank.spread.{metric}",
                          start + persist - 1), (steps, indicator))
+
+
+def _grid_evidence(data: GridData) -> dict[str, float | str]:
+    """The what-if shares as evidence (``parallel_grid``), "not measured" where the run is balanced."""
+    return data.shares.evidence() if data.shares is not None else {}
 
 
 def _members_of(lay: Layout, ranks: np.ndarray, rank: int) -> list[int]:
@@ -221,9 +269,9 @@ def _compute_outlier(ctx: Context, rank: int, members: list[int]) -> tuple[float
     return ratio, float(np.median(mine - others)), slower
 
 
-def slow_stage(ctx: Context, data: object, out: Emit) -> None:
+def slow_stage(ctx: Context, data: GridData, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    lay = layout(ctx.meta, view.ranks().tolist())
+    lay = data.layout
     stages = lay.stages
     if len(stages) < 2:
         raise NotJudged("no pipeline stages known (run.json layout, parallel sizes, or process groups with "
@@ -246,13 +294,67 @@ def slow_stage(ctx: Context, data: object, out: Emit) -> None:
     hits = (ratio[k] >= limit) & (np.argmax(ratio, axis=0) == k)
     if level < limit or hits.mean() < th["communication.persist_frac"]:
         return
+    sh = data.shares
+    if sh is not None and math.isfinite(sh.stage_share) and (
+            sh.stage != names[k] or sh.stage_share < th["communication.stage.share"]):
+        return  # the stage computes longer, but fixing it would not take back the slowdown
     members = sorted(int(r) for r in stages[names[k]])
-    sev, ev = evidence.scaled(ctx, severity(level, limit, 3.0), hits, extra={
+    extra: dict[str, float | str] = {
         "stage": float(names[k]), "ranks": ",".join(map(str, members)), "stage_ratio": level,
-        "stages": float(len(names)), "layout": lay.source})
+        "stages": float(len(names)), "layout": lay.source, **_grid_evidence(data)}
+    m = _microbatches(ctx, members)
+    if m:  # what re-balancing buys: a 1F1B step is (m + p − 1) slots of the slowest stage (Narayanan et al. 2021)
+        extra.update({"microbatches": float(m), "bubble_fraction": bubble_fraction(len(names), m),
+                      "rebalance_speedup": float(np.median(per.max(axis=0) / np.maximum(per.mean(axis=0), 1e-12)))})
+    sev, ev = evidence.scaled(ctx, severity(level, limit, 3.0), hits, extra=extra)
     start = int(np.argmax(hits))
     out.add(make_finding("SlowPipelineStage", DIM, f"stage:{names[k]}", g.steps, start, g.steps.size - 1, sev, ev,
                          "communication.slow_stage", start), (g.steps, ratio[k]))
+
+
+def _microbatches(ctx: Context, members: list[int]) -> int:
+    """Micro-batches per step (``microbatch_count``, the median over the stage's ranks and steps; 0 if unknown)."""
+    if not ctx.view.has("microbatch_count"):
+        return 0
+    g = ctx.view.by_rank("microbatch_count")
+    v = g.values[np.isin(np.array(g.labels), members)]
+    v = v[np.isfinite(v)]
+    return int(np.median(v)) if v.size else 0
+
+
+def replica_variation(ctx: Context, data: GridData, out: Emit) -> None:
+    """Per-step compute that varies across the data-parallel replicas, every stage of a replica alike, with a
+    different replica slowest from step to step and no worker whose fix would take the slowdown back: uneven data
+    (sequence lengths, padding), which a micro-batch carries through every stage of its replica."""
+    th = ctx.th
+    g, sh = data.grid, data.shares
+    if g is None or sh is None:
+        raise NotJudged("fewer than two ranks with compute_ms on the same steps")
+    if len(g.stages) < 2:
+        raise NotJudged("one pipeline stage: a replica's data cannot be told from its rank (see ComputeImbalance)")
+    if len(g.replicas) < 3:
+        raise NotJudged(f"{len(g.replicas)} data-parallel replicas per stage; at least 3 are needed")
+    if g.steps.size < th.as_int("communication.compute_imbalance.min_steps"):
+        raise NotJudged(f"{g.steps.size} steps of compute_ms on every rank")
+    if not math.isfinite(sh.replica_share) or not math.isfinite(sh.coherence):
+        return  # balanced: nothing to take back
+    per = g.replica_load()
+    cv = per.std(axis=0) / np.maximum(per.mean(axis=0), 1e-12)
+    limit = th["communication.compute_imbalance.cv"]
+    level = float(np.median(cv))
+    worker = sh.worker_share if math.isfinite(sh.worker_share) else 0.0
+    if level < limit or sh.replica_share < th["communication.replica.share"] or \
+            sh.coherence < th["communication.replica.coherence"] or \
+            worker >= th["communication.slow_rank.worker_share"] or \
+            sh.slowest_replica_share >= th["communication.persist_frac"]:
+        return
+    hits = cv >= limit
+    sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), hits, extra={
+        "replica_cv": level, "slowest_replica_share": sh.slowest_replica_share, "replicas": float(len(g.replicas)),
+        "stages": float(len(g.stages)), **_grid_evidence(data)})
+    start = int(np.argmax(hits))
+    out.add(make_finding("ReplicaComputeVariation", DIM, "", g.steps, start, g.steps.size - 1, sev, ev,
+                         "communication.replica_variation", start), (g.steps, cv))
 
 
 def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
@@ -290,7 +392,7 @@ def compute_imbalance(ctx: Context, data: object, out: Emit) -> None:
                          "communication.compute_imbalance", start), (g.steps, cv))
 
 
-def slow_compute(ctx: Context, data: object, out: Emit) -> None:
+def slow_compute(ctx: Context, data: GridData, out: Emit) -> None:
     """A rank whose own compute time is the outlier of its group (``communication.slow_rank.compute_ratio`` times
     the median of the others) on ``communication.persist_frac`` of the steps: the rank is slow itself, not late
     because it waited for its input or its host (those make a SlowRank without a SlowCompute)."""
@@ -323,6 +425,6 @@ def slow_compute(ctx: Context, data: object, out: Emit) -> None:
     start = change_point(np.nan_to_num(ratio), th["communication.onset_z"])
     sev, ev = evidence.scaled(ctx, severity(level, limit, 10.0), hits, extra={
         "rank": rank, "compute_ratio": level, "group": ",".join(map(str, members)), "ranks": float(len(members)),
-        "whole_window": bool(start == 0)})
+        "whole_window": bool(start == 0), **_grid_evidence(data)})
     out.add(make_finding("SlowCompute", DIM, f"rank:{rank}", g.steps, start, g.steps.size - 1, sev, ev,
                          "communication.slow_compute", start), (g.steps, ratio))

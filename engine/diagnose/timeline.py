@@ -14,6 +14,7 @@ from debugtune.engine.diagnose import evidence
 from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.registry import Emit, NotJudged
+from debugtune.engine.telemetry.shares import shares
 
 DIM = "hardware"
 
@@ -22,8 +23,7 @@ def _share(ctx: Context, metric: str) -> tuple[Grid, np.ndarray]:
     """``metric`` over the step's device window, ranks × steps."""
     part = ctx.view.by_rank(metric)
     step = ctx.view.by_rank("step_time_ms").like(part)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return part, np.where(step > 0, part.values / step, np.nan)
+    return part, shares(part.values, step)
 
 
 def _worst(share: np.ndarray, mask: np.ndarray) -> int:

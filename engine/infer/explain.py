@@ -15,6 +15,13 @@ def _g(ev: Mapping[str, float | str | bool], key: str, default: float = float("n
     return default if isinstance(value, str) else float(value)
 
 
+def _share_phrase(f: Finding, key: str, what: str) -> str:
+    """", <what> would take back N% of the slowdown" from a what-if share (engine/diagnose/parallel_grid.py)."""
+    share = _g(f.evidence, key)
+    return f"; {what} would take back {share:.0%} of the {_g(f.evidence, 'slowdown'):.2f}x slowdown" \
+        if share == share else ""
+
+
 def _where(f: Finding) -> str:
     return f" in {f.entity}" if f.entity else ""
 
@@ -187,7 +194,13 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "SlowPipelineStage": lambda f: (f"pipeline stage {int(_g(f.evidence, 'stage'))} (ranks "
                                     f"{f.evidence.get('ranks', '')}) computed {_g(f.evidence, 'stage_ratio'):.2f}x "
                                     f"the other stages from step "
-                                    f"{f.onset_step}"),
+                                    f"{f.onset_step}" + _share_phrase(f, "stage_share", "fixing that stage")),
+    "ReplicaComputeVariation": lambda f: (f"per-step compute varied across {int(_g(f.evidence, 'replicas'))} "
+                                          f"data-parallel replicas by CV {_g(f.evidence, 'replica_cv'):.2f}, every "
+                                          f"stage of a replica alike (correlation {_g(f.evidence, 'coherence'):.2f}), "
+                                          f"no replica slowest on more than "
+                                          f"{_g(f.evidence, 'slowest_replica_share'):.0%} of the steps"
+                                          + _share_phrase(f, "replica_share", "balancing the replicas")),
     "ComputeImbalance": lambda f: (f"compute time varied across ranks by CV {_g(f.evidence, 'compute_cv'):.2f} with "
                                    f"no rank slowest on more than {_g(f.evidence, 'slowest_rank_share'):.0%} of the "
                                    f"steps"),

@@ -17,6 +17,7 @@ from debugtune.engine.report.chain import chain_svg
 from debugtune.engine.report.correlation import correlation_svg
 from debugtune.engine.report.data import ReportData
 from debugtune.engine.report.escape import h, script_json
+from debugtune.engine.report.grid_plot import grid_figure
 from debugtune.engine.report.tables import (
     absent,
     cost_block,
@@ -202,6 +203,7 @@ def sections_of(d: ReportData) -> list[Section]:
            _figure_section("gradients", "Gradient norms per layer", plots.gradient_figure(d)),
            _figure_section("experts", "Experts: token share", plots.expert_figure(d)),
            _figure_section("ranks", "Ranks: step and communication time", plots.rank_figures(d)),
+           _figure_section("grid", "Parallel grid: compute per replica and stage", grid_figure(d)),
            _figure_section("hardware", "Hardware", plots.hardware_figures(d))]
     sug = (suggestions_table(d) if d.suggestions else
            absent(h(d.suggestion_note or "No remedy addresses the hypothesised causes.")))

@@ -26,6 +26,7 @@ CURVE_METRICS = ("loss", "eval_loss", "lr")
 MOE_CURVES = ("aux_loss", "z_loss")  # what a log of an MoE run carries instead of tokens per expert
 ROW_METRICS = (*CURVE_METRICS, "grad_norm", "expert_tokens", *MOE_CURVES)
 TIME_METRICS = ("step_time_ms", "comm_ms")
+GRID_METRICS = ("compute_ms",)  # the rank × stage heat map (grid_plot)
 HARDWARE_ORDER = ("util_pct", "mem_used_bytes", "mem_used_pct", "temp_c", "power_w", "power_limit_w", "clock_mhz",
                   "throttle", "throttle_power", "mem_util_pct", "cube_util_pct", "cpu_util_pct", "host_mem_used_bytes",
                   "rss_bytes", "dataloader_wait_ms")
@@ -96,7 +97,7 @@ class RunSeries:
     @functools.cached_property
     def _wide(self) -> dict[str, Any]:
         """Per-rank time and hardware rows of every rank (one scan), as numpy columns and name codes."""
-        t = read_telemetry(self.run_dir, metrics=(*TIME_METRICS, *HARDWARE),
+        t = read_telemetry(self.run_dir, metrics=(*TIME_METRICS, *GRID_METRICS, *HARDWARE),
                            columns=("rank", "step", "metric", "entity", "value")).table
         if t.num_rows == 0:
             return {"metrics": []}

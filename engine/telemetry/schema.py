@@ -115,6 +115,8 @@ COMMUNICATION_METRICS = {
     # added by the trace importers (issue 13): the device timeline of a step (HTA's definitions)
     "cpu_step_ms": "the step as the host saw it (the ProfilerStep annotation); step_time_ms is the device window",
     "comm_overlapped_ms": "communication running while computation runs (hidden behind it)",
+    # added by the per-operation and worker-timeline importers (issue 33)
+    "microbatch_count": "forward micro-batches the rank computed in the step (the m of the 1F1B bubble)",
 }
 HARDWARE_METRICS = {
     "util_pct": "accelerator utilisation (entity: 'device:<name>')",
@@ -127,6 +129,8 @@ HARDWARE_METRICS = {
     # added by the importers (issue 3)
     "kernel_ms": "device kernel time in the step (entity: 'op:<operator type>'; '' = all non-communication kernels)",
     "kernel_count": "number of device kernels in the step (entity as kernel_ms)",
+    "flop_count": "floating-point operations in the step from the CUPTI range profiler's SASS counters "
+                  "(entity: fp64 / fp32 / fp16)",
     "cube_util_pct": "duration-weighted cube (matrix unit) utilisation of AI Core kernels (Ascend)",
     "module_mem_bytes": "device memory reserved by one software component (entity: 'device:<dev>/<component>')",
     "mem_util_pct": "memory-controller (bandwidth) utilisation of the device",

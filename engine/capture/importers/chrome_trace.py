@@ -11,7 +11,11 @@ Per rank (one trace file per rank; a directory of traces is one multi-rank run) 
   algorithm and bus bandwidth with the nccl-tests factors;
 - from the training thread: ``dataloader_wait_ms`` (PyTorch's ``enumerate(DataLoader)`` annotation).
 
-A trace with device events but no ``ProfilerStep`` (a benchmark rather than a training loop) is one step, 0.
+A trace with no ``ProfilerStep`` takes its steps from a repeated named marker (``step_markers``: PARAM's
+``[param|…|forward]`` iterations); with device events and no marker (a benchmark rather than a training loop) it
+is one step, 0. CUPTI range-profiler traces (``cupti_ranges``) give per step the kernel count and FLOPs of the
+counters, their device timeline not measured. MTIA traces (``mtia_ccp_events`` on the device, ``mtia_runtime``
+launches) read as device traces, ``dma_request`` as memory copies.
 
 CPU-only traces (gloo) have no device: their collectives come from the ``gloo:<op>`` annotations with the bytes
 from their input shapes, and the training thread's operator timeline gives ``compute_ms`` (top-level
@@ -34,7 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from debugtune.engine.capture.importers import devices
+from debugtune.engine.capture.importers import cupti_ranges, devices, worker_timeline
 from debugtune.engine.capture.importers.collectives import (
     busbw_factor,
     dtype_bytes,
@@ -46,11 +50,12 @@ from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.json_stream import Event, TraceStream, args_of
 from debugtune.engine.capture.importers.process_groups import GroupBook, peer_of
 from debugtune.engine.capture.importers.sink import RunSink
-from debugtune.engine.capture.importers.textio import head_text
+from debugtune.engine.capture.importers.step_markers import marker_steps
+from debugtune.engine.capture.importers.trace_kinds import is_chrome_trace, is_worker_timeline
 
-_KERNEL = frozenset({"kernel", "Kernel"})
+_KERNEL = frozenset({"kernel", "Kernel", "mtia_ccp_events"})
 _MEMORY = frozenset({"gpu_memcpy", "gpu_memset", "Memcpy", "Memset"})
-_RUNTIME = frozenset({"cuda_runtime", "Runtime", "cuda_driver", "hip_runtime", "xpu_runtime"})
+_RUNTIME = frozenset({"cuda_runtime", "Runtime", "cuda_driver", "hip_runtime", "xpu_runtime", "mtia_runtime"})
 _ANNOTATION = frozenset({"user_annotation", "cpu_op", "Operator"})
 _STEP = re.compile(r"^ProfilerStep\s*#\s*(\d+)")
 _CPU_COLLECTIVE = re.compile(r"^(gloo|mpi|ucc):")
@@ -91,6 +96,7 @@ class TraceSummary:
     groups: GroupBook = field(default_factory=GroupBook)
     devices_listed: int = 0
     device_name: str | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _num(value: Any) -> float:
@@ -113,6 +119,9 @@ class _Collector:
         self.h_ts, self.h_dur, self.h_tid, self.h_cls = array("d"), array("d"), array("q"), array("b")
         self.peers: list[int] = []
         self._tids: dict[Any, int] = {}
+        self.ranges: list[dict[str, Any]] = []  # CUPTI range-profiler counters, in launch order
+        self.launch_ts = array("d")
+        self.annotations: list[tuple[str, float, float, int]] = []  # candidate step markers
 
     def _tid(self, tid: Any) -> int:
         code = self._tids.get(tid)
@@ -137,6 +146,10 @@ class _Collector:
                 if isinstance(corr, int):
                     self.rt_corr.append(corr)
                     self.rt_ts.append(_num(ev.ts))
+                if "LaunchKernel" in ev.name:
+                    self.launch_ts.append(_num(ev.ts))
+            elif cat == cupti_ranges.CATEGORY:
+                self.ranges.append(args_of(ev))
             elif cat in kernel or cat in memory:
                 args = args_of(ev)
                 corr = args.get("correlation")
@@ -144,7 +157,7 @@ class _Collector:
                 self.k_ts.append(_num(ev.ts))
                 self.k_dur.append(_num(ev.dur))
                 self.k_corr.append(corr if isinstance(corr, int) else -1)
-                if cat in memory:
+                if cat in memory or ev.name == "dma_request":
                     self.k_type.append(MEMORY)
                 elif "Collective name" in args or kind_from_kernel(ev.name) or ev.name.lower().startswith(
                         ("nccl", "rccl", "hccl")):
@@ -162,6 +175,8 @@ class _Collector:
                     self.cpu_comm.append((name, _num(ev.ts), _num(ev.dur), args_of(ev)))
                 elif name.startswith(_DATALOADER):
                     self._host(ev, LOADER)
+                elif cat == "user_annotation":
+                    self.annotations.append((name, _num(ev.ts), _num(ev.dur), self._tid(ev.tid)))
                 elif cat == "cpu_op" or cat == "Operator":
                     if name.startswith(_COLLECTIVE_CALL):
                         self._host(ev, CALL)
@@ -243,6 +258,15 @@ def analyze_trace(path: Path) -> TraceSummary:
         by_number.setdefault(s[0], s)
     steps4 = sorted(by_number.values(), key=lambda s: s[1])
     k_ts, k_dur = _arr(col.k_ts, np.float64), _arr(col.k_dur, np.float64)
+    notes: list[str] = []
+    if not steps4 and col.annotations:  # no ProfilerStep: a repeated named marker, where there is one
+        steps4, marker = marker_steps(col.annotations)
+        if steps4:
+            notes.append(f"no ProfilerStep annotations: {len(steps4)} steps from the repeated annotation "
+                         f"'{marker}'")
+    launches = _arr(col.launch_ts, np.float64)
+    if not steps4 and not len(k_ts) and col.ranges and len(launches):  # one step over the profiled launches
+        steps4 = [(0, float(launches.min()), float(launches.max() - launches.min()) + 1e-3, -1)]
     if not steps4 and len(k_ts):  # no ProfilerStep (a benchmark, not a training loop): the trace is one step, 0
         first = min(float(k_ts.min()), float(_arr(col.rt_ts, np.float64).min()) if len(col.rt_ts) else np.inf)
         steps4 = [(0, first, float((k_ts + k_dur).max()) - first + 1e-3, -1)]
@@ -288,7 +312,10 @@ def analyze_trace(path: Path) -> TraceSummary:
 
     numbers = [s[0] for s in steps]
     device = step_breakdown(numbers, k_ts, k_dur, k_type, timeline_step, launch) if len(k_ts) else {}
-    host = _host_breakdown(steps4, col, cpu_only=not device, comm=cpu_intervals)
+    counters = cupti_ranges.range_rows(col.ranges, launches, index.of) if col.ranges else {}
+    if col.ranges:
+        notes.append(cupti_ranges.NOTE)
+    host = _host_breakdown(steps4, col, cpu_only=not device and not col.ranges, comm=cpu_intervals)
     per_step: dict[int, dict[tuple[str, str], float]] = {}
     for number, _, dur in steps:
         row: dict[tuple[str, str], float] = {("cpu_step_ms", ""): dur / 1e3}
@@ -297,6 +324,7 @@ def analyze_trace(path: Path) -> TraceSummary:
             row.update({(k, ""): v for k, v in device[number].items()})
         else:
             row[("step_time_ms", "")] = dur / 1e3
+            row.update(counters.get(number, {}))
             if cpu_intervals is not None:
                 starts, ends, c_step = cpu_intervals
                 mine = c_step == number
@@ -305,13 +333,18 @@ def analyze_trace(path: Path) -> TraceSummary:
     props = header.get("deviceProperties") or []
     props = [p for p in props if isinstance(p, dict)]
     device_name = props[0].get("name") if props else None
-    meta = {"device_kind": "cuda" if props or len(k_ts) else "cpu", "backend": info.get("backend"),
+    kind = "cuda" if props or len(k_ts) or col.ranges else "cpu"
+    if kind == "cpu":
+        notes.append("CPU-only trace (no GPU kernels" + (", collectives from gloo annotations" if col.cpu_comm
+                                                         else "") + "): device idle and overlap are not measured; "
+                     "compute and communication are the training thread's operator and collective times")
+    meta = {"device_kind": kind, "backend": info.get("backend"),
             "nccl_version": info.get("nccl_version"), "device_name": device_name,
             "process_groups": len(info.get("pg_config") or []) or None}
     world = info.get("world_size")
     return TraceSummary(path, rank, world if isinstance(world, int) else None, steps, per_step, collectives,
                         {k: v for k, v in meta.items() if v is not None}, stream.bytes_read, book, len(props),
-                        str(device_name) if device_name else None)
+                        str(device_name) if device_name else None, notes)
 
 
 def _host_breakdown(steps: list[tuple[int, float, float, int]], col: _Collector, cpu_only: bool,
@@ -406,22 +439,13 @@ def read_collectives(path: str | Path) -> list[Collective]:
 
 
 # -- importer interface --------------------------------------------------------------------------------------
-def _is_trace_file(path: Path) -> bool:
-    name = path.name.lower()
-    if not (name.endswith(".json") or name.endswith(".json.gz")):
-        return False
-    head = head_text(path, 65536)
-    stripped = head.lstrip()
-    return '"traceEvents"' in head or (stripped.startswith("[") and '"ph"' in head)
-
-
 def trace_files(path: Path) -> list[Path]:
     """The trace files at ``path`` (the file itself, or the traces in a directory and its subdirectories)."""
     if path.is_file():
-        return [path] if _is_trace_file(path) else []
-    found = sorted(p for p in path.glob("*") if p.is_file() and _is_trace_file(p))
+        return [path] if is_chrome_trace(path) else []
+    found = sorted(p for p in path.glob("*") if p.is_file() and is_chrome_trace(p))
     if not found:
-        found = sorted(p for p in path.glob("*/*") if p.is_file() and _is_trace_file(p))
+        found = sorted(p for p in path.glob("*/*") if p.is_file() and is_chrome_trace(p))
     return found
 
 
@@ -433,6 +457,9 @@ def load(path: Path, sink: RunSink) -> None:
     files = trace_files(path)
     if not files:
         raise ImportFormatError(path, "no Chrome trace (.json / .json.gz with traceEvents) found")
+    if all(is_worker_timeline(f) for f in files):  # tracks are workers, not Kineto's: the importer for those
+        worker_timeline.load(path, sink)
+        return
     summaries = [analyze_trace(f) for f in files]
     taken: dict[int, Path] = {}
     book = GroupBook()
@@ -460,4 +487,5 @@ def load(path: Path, sink: RunSink) -> None:
     sink.meta.update({"framework": "pytorch", "world_size": world, "ranks_imported": sorted(taken),
                       "from_run_start": False,  # a profiler records a window of the run, after its first steps
                       "environment": {k: v for s in summaries for k, v in s.meta.items()},
-                      "source": {"bytes": sum(s.bytes_read for s in summaries)}, **hardware, **book.meta()})
+                      "source": {"bytes": sum(s.bytes_read for s in summaries)}, **hardware, **book.meta(),
+                      "notes": sorted({n for s in summaries for n in s.notes})})

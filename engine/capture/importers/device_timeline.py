@@ -99,7 +99,8 @@ def step_breakdown(numbers: list[int], ts: np.ndarray, dur: np.ndarray, kind: np
 
     ``ts``/``dur`` (µs), ``kind`` (COMPUTE/COMM/MEMORY), ``step`` (the launching step, −1 outside the profiled
     steps) and ``launch`` (µs of the launching runtime call, NaN when unknown) are per device event."""
-    sel = step >= 0
+    # an event without a finite start or with a negative duration (clock skew, a truncated trace) has no extent
+    sel = (step >= 0) & np.isfinite(ts) & np.isfinite(dur) & (dur >= 0)
     if not sel.any():
         return {}
     ts, dur, kind, step, launch = ts[sel], dur[sel], kind[sel], step[sel], launch[sel]

@@ -7,11 +7,13 @@ columns ``rank``, ``step``, the operation type (``optype`` / ``op`` / ``name``),
 ``tp_rank``. Times are seconds unless a column says ``_ms`` / ``_us`` in its name. Per rank and step:
 
 - ``compute_ms`` (forward/backward/optimizer compute operations), ``dataloader_wait_ms`` (data loading),
+  ``microbatch_count`` (the ``forward-compute`` operations: micro-batches per step),
   ``step_time_ms`` (first start to last end of the rank's operations in the step);
 - per collective kind (reduce-scatter of gradients, all-gather of parameters, all-reduce, tensor-parallel ones,
   pipeline send/recv): ``collective_ms`` and ``collective_count``; ``comm_ms`` (their union) and
   ``comm_not_overlapped_ms`` (the part not under compute);
-- run.json ``layout.stage`` (rank → pipeline stage) and ``parallel`` sizes from the stage, dp and tp columns.
+- run.json ``layout.stage`` (rank → pipeline stage), ``layout.dp`` (rank → data-parallel replica) and ``parallel``
+  sizes from the stage, dp and tp columns.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ _DUR = ("duration", "dur", "duration_ms", "duration_us", "dur_us", "dur_ms")
 _P2P = re.compile(r"(send|recv)")
 _KINDS = (("reducescatter", "reducescatter"), ("reduce-scatter", "reducescatter"), ("allgather", "allgather"),
           ("all-gather", "allgather"), ("allreduce", "allreduce"), ("all-reduce", "allreduce"),
-          ("alltoall", "alltoall"), ("all-to-all", "alltoall"), ("broadcast", "broadcast"))
+          ("alltoall", "alltoall"), ("all-to-all", "alltoall"), ("broadcast", "broadcast"),
+          # Megatron's timer around the gradient-norm all-reduce (its wait for the slowest rank included): data-
+          # parallel communication in ByteDance's own timeline (StragglerAnalysis analyzer/to_timeline.py)
+          ("clip-main-grad", "allreduce"))
 
 
 def kind_of(op: str) -> str | None:
@@ -97,6 +102,7 @@ def load(path: Path, sink: RunSink) -> None:
     if not files:
         raise ImportFormatError(path, "no per-operation table (rank, step, optype, start_ts, duration) found")
     stage: dict[int, int] = {}
+    replica: dict[int, int] = {}
     sizes: dict[str, set[int]] = defaultdict(set)
     for f in files:
         sink.source(f)
@@ -117,23 +123,37 @@ def load(path: Path, sink: RunSink) -> None:
             name, values = _column(table, (col,), f, required=False)
             if name:
                 sizes[key] |= set(values.astype(np.int64).tolist())
-                if col == "stage":
-                    stage.update(zip(rank.tolist(), values.astype(np.int64).tolist(), strict=True))
-        _emit(sink, rank, step, op, t0, d)
-    parallel = {k: len(v) for k, v in sizes.items() if v}
+                if col in ("stage", "dp_rank"):
+                    (stage if col == "stage" else replica).update(
+                        zip(rank.tolist(), values.astype(np.int64).tolist(), strict=True))
+        emit_ops(sink, rank, step, op, t0, d)
     sink.meta.update({"framework": "per-operation timing table", "world_size": len(sink.ranks),
-                      "from_run_start": False, "parallel": parallel,
-                      **({"layout": {"stage": {str(r): s for r, s in sorted(stage.items())}}} if stage else {})})
+                      "from_run_start": False, **grid_meta(stage, replica, sizes)})
 
 
-def _emit(sink: RunSink, rank: np.ndarray, step: np.ndarray, op: np.ndarray, t0: np.ndarray, d: np.ndarray) -> None:
-    kinds = {o: kind_of(o) for o in np.unique(op)}
-    kind = np.array([kinds[o] or "" for o in op])
+def grid_meta(stage: dict[int, int], replica: dict[int, int], sizes: dict[str, set[int]]) -> dict[str, Any]:
+    """run.json ``parallel`` sizes and ``layout`` (rank → stage, rank → data-parallel replica)."""
+    out: dict[str, Any] = {"parallel": {k: len(v) for k, v in sizes.items() if v}}
+    if stage:
+        out["layout"] = {"stage": {str(r): s for r, s in sorted(stage.items())},
+                         **({"dp": {str(r): d for r, d in sorted(replica.items())}} if replica else {})}
+    return out
+
+
+def emit_ops(sink: RunSink, rank: np.ndarray, step: np.ndarray, op: np.ndarray, t0: np.ndarray, d: np.ndarray,
+             kind: np.ndarray | None = None) -> None:
+    """Per (rank, step) metrics of the module docstring from one row per operation (times in ms); ``kind`` gives
+    the collective kind of each operation where its name does not ('' = computation), else ``kind_of``."""
+    if kind is None:
+        kinds = {o: kind_of(o) for o in np.unique(op)}
+        kind = np.array([kinds[o] or "" for o in op])
     low = np.char.lower(op.astype(str))
     loading = np.char.find(low, "data-load") >= 0
     compute = (kind == "") & ~loading & (np.char.find(low, "data-sync") < 0)
+    forward = low == "forward-compute"
     order = np.lexsort((step, rank))
-    rank, step, kind, t0, d, loading, compute = (a[order] for a in (rank, step, kind, t0, d, loading, compute))
+    rank, step, kind, t0, d, loading, compute, forward = (
+        a[order] for a in (rank, step, kind, t0, d, loading, compute, forward))
     keys = np.stack([rank, step], axis=1)
     bounds = np.flatnonzero(np.any(np.diff(keys, axis=0) != 0, axis=1)) + 1
     for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(rank)]]), strict=True):
@@ -143,6 +163,8 @@ def _emit(sink: RunSink, rank: np.ndarray, step: np.ndarray, op: np.ndarray, t0:
         comp, comm = compute[sl], kind[sl] != ""
         row: dict[tuple[str, str], Any] = {("step_time_ms", ""): float(te.max() - ts.min()),
                                             ("compute_ms", ""): float(d[sl][comp].sum())}
+        if forward[sl].any():
+            row[("microbatch_count", "")] = float(forward[sl].sum())
         if loading[sl].any():
             row[("dataloader_wait_ms", "")] = float(d[sl][loading[sl]].sum())
         if comm.any():

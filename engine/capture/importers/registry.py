@@ -11,6 +11,7 @@ from typing import Any
 from debugtune.engine.capture.importers import devices
 from debugtune.engine.capture.importers.errors import ImportFormatError
 from debugtune.engine.capture.importers.sink import RunSink
+from debugtune.engine.capture.importers.trace_kinds import describe
 from debugtune.engine.telemetry import TelemetryError, environment_snapshot, write_run_json
 from debugtune.engine.telemetry.atomic import staged_directory
 from debugtune.engine.telemetry.runmeta import RUN_JSON
@@ -40,7 +41,10 @@ class Importer:
 IMPORTERS: tuple[Importer, ...] = (
     Importer("ascend", "Ascend PyTorch profiler output (*_ascend_pt/ASCEND_PROFILER_OUTPUT) and cluster analysis "
              "files", "ascend"),
-    Importer("pytorch-trace", "PyTorch profiler (Kineto) Chrome trace .json/.json.gz, one file per rank",
+    Importer("worker-timeline", "Chrome/Perfetto JSON timeline whose tracks are workers (ph: X events per worker "
+             "track, no Kineto ProfilerStep; ByteDance timeline-*.json.gz)", "worker_timeline"),
+    Importer("pytorch-trace", "PyTorch profiler (Kineto) Chrome trace .json/.json.gz, one file per rank (also "
+             "CUPTI range-profiler and CPU-only traces; a worker timeline is handed to worker-timeline)",
              "chrome_trace"),
     Importer("op-table", "per-operation timing table, Parquet or CSV (rank, step, optype, start_ts, duration; "
              "ByteDance straggler traces)", "op_table"),
@@ -80,7 +84,9 @@ def detect_format(path: str | Path) -> str:
         with reading(path, _input_error):
             if imp.detect(path):
                 return imp.name
-    raise ImportFormatError(path, f"format not recognised; name it explicitly (one of: {', '.join(formats())})")
+    looks = describe(path)
+    raise ImportFormatError(path, (f"format not recognised: it looks like {looks}" if looks else
+                                   "format not recognised") + f"; name it explicitly (one of: {', '.join(formats())})")
 
 
 @dataclass(frozen=True)
@@ -95,13 +101,14 @@ class ImportResult:
     steps: list[int]
     metrics: list[str]
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         """A JSON-friendly summary (steps as count/first/last)."""
         return {"run_dir": str(self.run_dir), "run_id": self.run_id, "format": self.format, "rows": self.rows,
                 "ranks": self.ranks, "steps": {"count": len(self.steps), "first": self.steps[0] if self.steps else None,
                                                "last": self.steps[-1] if self.steps else None},
-                "metrics": self.metrics, "files": self.files}
+                "metrics": self.metrics, "files": self.files, "notes": self.notes}
 
 
 def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None, run_id: str | None = None,
@@ -139,7 +146,9 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
                 imp.load(path, sink)
                 sink.close()
             if sink.rows == 0:
-                raise ImportFormatError(path, f"no telemetry found for format {name!r}")
+                looks = describe(path)
+                raise ImportFormatError(path, f"no telemetry found for format {name!r}"
+                                        + (f": it looks like {looks}" if looks else ""))
             meta = {"run_id": rid, "framework": None, "world_size": len(sink.ranks) or None,
                     "parallel": {}, "steps": {"count": len(sink.steps), "first": sink.steps[0], "last": sink.steps[-1]},
                     **sink.meta,
@@ -152,7 +161,8 @@ def import_path(path: str | Path, run_dir: str | Path, *, fmt: str | None = None
         raise TelemetryError(run_dir, "run directory already exists") from None
     except (OSError, EOFError) as err:
         raise ImportFormatError(path, f"cannot read input: {err}") from err
-    return ImportResult(run_dir, rid, name, sink.rows, sink.ranks, sink.steps, sink.metrics, sink.files)
+    return ImportResult(run_dir, rid, name, sink.rows, sink.ranks, sink.steps, sink.metrics, sink.files,
+                        list(sink.meta.get("notes", [])))
 
 
 def hardware_overrides(meta: dict[str, Any], *, device: str | None = None,

@@ -33,9 +33,9 @@ def test_parameter_offload_below_stage_3_is_a_warning(zero):
     assert _found(_ds(zero)).get("DS014") == "warning"
 
 
-@pytest.mark.parametrize("zero", [{"stage": 3, "offload_param": {"device": "cpu"}}, {"stage": 3, "cpu_offload_param": True},
-                                  {"stage": 2, "offload_optimizer": {"device": "cpu"}},
-                                  {"stage": 2, "offload_param": {"device": "none"}}])
+@pytest.mark.parametrize("zero", [
+    {"stage": 3, "offload_param": {"device": "cpu"}}, {"stage": 3, "cpu_offload_param": True},
+    {"stage": 2, "offload_optimizer": {"device": "cpu"}}, {"stage": 2, "offload_param": {"device": "none"}}])
 def test_parameter_offload_where_it_works_or_is_off_is_quiet(zero):
     assert "DS014" not in _found(_ds(zero))
 
@@ -112,7 +112,8 @@ def test_both_overrides_with_one_stage_pass_the_new_check_but_still_shrink_the_m
 
 
 @pytest.mark.parametrize("version", [None, "0.15.0"])
-@pytest.mark.parametrize("args", ["--num-layers 20 --decoder-last-pipeline-num-layers 20",
-                                  "--num-layers 20 --pipeline-model-parallel-size 4 --decoder-last-pipeline-num-layers 2"])
+@pytest.mark.parametrize("args", [
+    "--num-layers 20 --decoder-last-pipeline-num-layers 20",
+    "--num-layers 20 --pipeline-model-parallel-size 4 --decoder-last-pipeline-num-layers 2"])
 def test_stage_overrides_that_build_the_stated_model_are_quiet(args, version):
     assert not {"MEG074", "MEG081", "MEG082"} & _found(args, framework="megatron", version=version).keys()

@@ -255,7 +255,8 @@ class KeyRegistry:
             props[to_python(k)][to_python(p)].append(to_python(o))
         eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode ?sel (GROUP_CONCAT(?g; separator="\\n") AS ?groups)
             WHERE { ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
-            OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } OPTIONAL { ?e dt:selectedByOption ?sel } }
+            OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g }
+            OPTIONAL { ?e dt:selectedByOption ?sel } }
             GROUP BY ?e ?path ?fw ?ext ?mode ?sel""").dicts()
         entry_points = [EntryPoint(str(r["path"]), str(r["fw"]), bool(r["ext"]),
                                    tuple(sorted(filter(None, str(r["groups"] or "").split("\n")))),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +139,9 @@ class EntryPoint:
     extends: bool
     groups: tuple[str, ...] = ()
     mode: str = "training"
+    selected_by: str | None = None
+    """An option that picks this script over another of the same path: a fork's script
+    (Megatron-DeepSpeed's ``pretrain_gpt.py`` when the launch passes ``--deepspeed``)."""
 
     def matches(self, script: str) -> bool:
         return script == self.path or script.endswith("/" + self.path)
@@ -171,14 +174,16 @@ class FrameworkKeys:
             self.options[o] = found[0]
         self._open = tuple(k + "." for k, s in self.keys.items() if s.open_section)
 
-    def entry_point(self, script: str | None) -> EntryPoint | None:
-        """The known training script ``script`` runs (None when unknown or ambiguous)."""
+    def entry_point(self, script: str | None, given: Collection[str] = ()) -> EntryPoint | None:
+        """The known training script ``script`` runs (None when unknown or ambiguous); ``given`` are the
+        options of the launch, which select a fork's script of the same path (``EntryPoint.selected_by``)."""
         if not script:
             return None
-        found = [e for e in self.entry_points if e.matches(script)]
+        usable = [e for e in self.entry_points if e.selected_by is None or e.selected_by in given]
+        found = _prefer_selected([e for e in usable if e.matches(script)])
         if not found:
             base = script.rsplit("/", 1)[-1]
-            found = [e for e in self.entry_points if e.path.rsplit("/", 1)[-1] == base]
+            found = _prefer_selected([e for e in usable if e.path.rsplit("/", 1)[-1] == base])
             if len({(e.extends, e.groups) for e in found}) > 1:
                 return None
         return max(found, key=lambda e: len(e.path)) if found else None
@@ -201,6 +206,11 @@ class FrameworkKeys:
     def closest_option(self, option: str) -> str | None:
         found = difflib.get_close_matches(option, list(self.options), n=1, cutoff=0.6)
         return found[0] if found else None
+
+
+def _prefer_selected(found: list[EntryPoint]) -> list[EntryPoint]:
+    """The scripts an option of the launch selected, when there are any among ``found``."""
+    return [e for e in found if e.selected_by is not None] or found
 
 
 def _recency(spec: KeySpec) -> tuple[int, tuple[int, int, int]]:
@@ -243,13 +253,15 @@ class KeyRegistry:
         props: dict[str, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         for k, p, o in rows.rows:
             props[to_python(k)][to_python(p)].append(to_python(o))
-        eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode (GROUP_CONCAT(?g; separator="\\n") AS ?groups) WHERE {
-            ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
-            OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g } }
-            GROUP BY ?e ?path ?fw ?ext ?mode""").dicts()
+        eps = store.select("""SELECT ?e ?path ?fw ?ext ?mode ?sel (GROUP_CONCAT(?g; separator="\\n") AS ?groups)
+            WHERE { ?e a dt:EntryPoint ; dt:scriptPath ?path ; dt:framework ?fw ; dt:extendsParser ?ext .
+            OPTIONAL { ?e dt:launchMode ?mode } OPTIONAL { ?e dt:addsKeyGroup ?g }
+            OPTIONAL { ?e dt:selectedByOption ?sel } }
+            GROUP BY ?e ?path ?fw ?ext ?mode ?sel""").dicts()
         entry_points = [EntryPoint(str(r["path"]), str(r["fw"]), bool(r["ext"]),
                                    tuple(sorted(filter(None, str(r["groups"] or "").split("\n")))),
-                                   str(r["mode"] or "training")) for r in eps]
+                                   str(r["mode"] or "training"), str(r["sel"]) if r.get("sel") else None)
+                        for r in eps]
         variables = store.select("SELECT ?n WHERE { ?v a dt:LaunchVariable ; dt:variableName ?n }").column("n")
         return cls((_spec(v) for v in props.values() if v.get(DT + "key")), entry_points, map(str, variables))
 

@@ -32,7 +32,8 @@ def check(doc: ConfigDoc, keys: FrameworkKeys, version: Version | None,
           defaults_for: Collection[str] | None = None) -> CheckedConfig:
     """Type every setting, collect issues, and add the defaults of keys that were not set (of the keys in
     ``defaults_for`` only, when given: the keys some rule or derivation reads)."""
-    out = CheckedConfig(doc, issues=list(doc.issues), entry_point=keys.entry_point(doc.entry_point))
+    out = CheckedConfig(doc, issues=list(doc.issues),
+                        entry_point=keys.entry_point(doc.entry_point, set(doc.options.values())))
     allow_auto = doc.framework in ("deepspeed", "hf")
     for name, raw in doc.settings.items():
         line = doc.lines.get(name)

@@ -1,0 +1,92 @@
+"""What a query worker opens instead of the live directory of an on-disk store: a RocksDB checkpoint.
+
+A worker cannot use the RocksDB handle it inherits by fork (its background threads are gone), so it opens the
+store read-only. On the live directory that races with the server's own compaction: RocksDB deletes the table
+files it has merged, and a read-only instance opens table files lazily, so a worker dies ("IO error: No such
+file or directory: While open a file for random read: …sst") at its open or at a later query — more often the
+more loaded the machine, since a slow compaction overlaps the worker's start (issue 36: 13 of 60 forks after a
+write died). A checkpoint (``pyoxigraph.Store.backup``: hard links of the table files, tens of milliseconds)
+holds its files however the server compacts; one is taken per write generation and store, and removed when no
+live worker uses it. Checkpoints lie beside the store (hard links need the same file system), in
+``.<store>.workers-<pid>-*``; those of a server that is gone are removed by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from debugtune.kg.store import OxigraphStore
+
+LOG = logging.getLogger("debugtune.query_workers")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale(store: Path) -> None:
+    """Remove checkpoint folders of servers that are no longer running."""
+    for folder in store.parent.glob(f".{store.name}.workers-*"):
+        pid = folder.name[len(f".{store.name}.workers-"):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class Checkpoints:
+    """Checkpoints of the shared on-disk stores, one folder per (write generation, store)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._roots: dict[int, Path] = {}  # store key -> this server's folder beside that store
+        self._taken: dict[int, dict[int, Path]] = {}  # generation -> store key -> checkpoint
+
+    def take(self, generation: int, stores: dict[int, OxigraphStore]) -> dict[int, Path]:
+        """The checkpoints of ``generation`` (taken now if new; call under the store's write lock). A store
+        whose checkpoint fails (another file system, files gone under a read-only handle) is left out: its
+        workers open the live directory."""
+        with self._lock:
+            if generation in self._taken:
+                return self._taken[generation]
+            taken: dict[int, Path] = {}
+            for key, store in stores.items():
+                assert store.path is not None
+                try:
+                    if key not in self._roots:
+                        _sweep_stale(store.path)
+                        self._roots[key] = Path(tempfile.mkdtemp(prefix=f".{store.path.name}.workers-{os.getpid()}-",
+                                                                 dir=store.path.parent))
+                    target = self._roots[key] / f"g{generation}"
+                    shutil.rmtree(target, ignore_errors=True)
+                    store.raw.backup(str(target))  # flushes a read-write store first
+                    taken[key] = target
+                except (OSError, RuntimeError) as err:
+                    LOG.warning("%s: no checkpoint for the query workers (%s: %s); they open the live directory",
+                                store.path, type(err).__name__, err)
+            self._taken[generation] = taken
+            return taken
+
+    def release(self, keep: set[int]) -> None:
+        """Remove the checkpoints of every generation not in ``keep`` (those of live workers, and the latest)."""
+        with self._lock:
+            for generation in [g for g in self._taken if g not in keep]:
+                for path in self._taken.pop(generation).values():
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        """Remove every checkpoint folder (the workers are gone)."""
+        with self._lock:
+            for root in self._roots.values():
+                shutil.rmtree(root, ignore_errors=True)
+            self._roots.clear()
+            self._taken.clear()

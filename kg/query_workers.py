@@ -205,6 +205,10 @@ def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoi
     except (OSError, AttributeError):
         pass
     _drop_inherited_sockets(conn.fileno())
+    try:  # the kernel's OOM killer takes a worker before the server
+        Path("/proc/self/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
     for key, obj in shared.items():
         if isinstance(obj, OxigraphStore) and obj.path is not None:
             _KEEP.append(_open_read_only(obj, checkpoints.get(key)))
@@ -400,7 +404,7 @@ class QueryWorkers:
         rss = anon_rss(worker.pid)
         if rss is None or rss - worker.inherited <= self.memory_mb * 2**20:
             return None
-        return (f"memory limit hit: RSS {(rss - worker.inherited) / 2**20:.0f} MiB > {self.memory_mb} MiB (resident "
+        return (f"memory limit hit: RSS {-(-(rss - worker.inherited) // 2**20)} MiB > {self.memory_mb} MiB (resident "
                 f"memory beyond the {worker.inherited / 2**20:.0f} MiB it inherited from the server)")
 
     def _answered(self, worker: _Worker, deadline: float) -> bool:

@@ -46,6 +46,11 @@ def _hold_memory(mib: int) -> int:
     return len(block)
 
 
+def _oom_score_adj() -> int:
+    with open("/proc/self/oom_score_adj") as fh:
+        return int(fh.read())
+
+
 def _explode() -> None:
     raise RuntimeError("this argument cannot be unpacked in the worker")
 
@@ -109,6 +114,7 @@ def test_a_worker_past_its_memory_limit_is_stopped_and_logged(caplog):
         assert "stopped: memory limit hit" in line and 64 < used < 256, line
         assert workers.call(os.getpid) != os.getpid()
         assert workers.call(anon_rss) is not None
+        assert workers.call(_oom_score_adj) == 1000  # the kernel's OOM killer takes a worker before the server
     finally:
         workers.close()
 

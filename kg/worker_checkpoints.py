@@ -20,26 +20,17 @@ import tempfile
 import threading
 from pathlib import Path
 
+from debugtune.kg.processes import process_alive
 from debugtune.kg.store import OxigraphStore
 
 LOG = logging.getLogger("debugtune.query_workers")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sweep_stale(store: Path) -> None:
     """Remove checkpoint folders of servers that are no longer running."""
     for folder in store.parent.glob(f".{store.name}.workers-*"):
         pid = folder.name[len(f".{store.name}.workers-"):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -9,18 +9,15 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.app_server import free_port
+from tests.app_server import cann_debug_serve
 from tests.report_fixtures import seed_run
 
-CLI = str(Path(sys.executable).with_name("cann-debug"))
 COUNT = "SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o }"
 DSL = "causes of run seed-moe limit 1"
 TOKEN = "0123456789abcdef0123"
@@ -50,30 +47,6 @@ def token_file(tmp_path) -> Path:
     path.write_text(TOKEN + "\n")
     path.chmod(0o600)
     return path
-
-
-@contextmanager
-def cann_debug_serve(store: Path, *args: str, log: Path) -> Iterator[str]:
-    """``cann-debug serve --store STORE ARGS`` on a free loopback port; yields its URL, its stderr goes to ``log``."""
-    port = free_port()
-    with log.open("wb") as err:
-        proc = subprocess.Popen([CLI, "serve", "--store", str(store), "--port", str(port), *args],
-                                stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def _count(url: str, headers: dict[str, str] | None = None) -> int:

@@ -274,6 +274,8 @@ class _Worker:
     generation: int
     inherited: int
     """Resident anonymous memory (bytes) of the worker once started (before that: the server's at the fork)."""
+    on_disk: bool = False
+    """Whether it holds checkpoints of on-disk stores (`Checkpoints.take`), to drop when it is retired."""
 
     def stop(self, grace_s: float = 0.0) -> int | None:
         """Kill the process (after ``grace_s`` for one that is exiting) and reap it; its exit status (negative: the
@@ -353,7 +355,7 @@ class QueryWorkers:
             finally:
                 os._exit(code)
         child.close()
-        worker = _Worker(pid, parent, generation, inherited)
+        worker = _Worker(pid, parent, generation, inherited, bool(on_disk))
         self._live.add(worker)
         return worker
 
@@ -394,7 +396,9 @@ class QueryWorkers:
         if getattr(self._local, "worker", None) is worker:
             self._local.worker = None
         status = worker.stop(grace_s)
-        self._checkpoints.release({w.generation for w in list(self._live)} | {write_generation()})
+        if worker.on_disk:
+            worker.on_disk = False  # dropped once
+            self._checkpoints.drop(worker.generation)
         return status
 
     def _over_memory(self, worker: _Worker) -> str | None:

@@ -35,44 +35,56 @@ def _sweep_stale(store: Path) -> None:
 
 
 class Checkpoints:
-    """Checkpoints of the shared on-disk stores, one folder per (write generation, store)."""
+    """Checkpoints of the shared on-disk stores, one folder per (write generation, store), counted by the workers
+    that use them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._roots: dict[int, Path] = {}  # store key -> this server's folder beside that store
         self._taken: dict[int, dict[int, Path]] = {}  # generation -> store key -> checkpoint
+        self._users: dict[int, int] = {}  # generation -> workers using its checkpoints
+        self._latest = -1
 
     def take(self, generation: int, stores: dict[int, OxigraphStore]) -> dict[int, Path]:
-        """The checkpoints of ``generation`` (taken now if new; call under the store's write lock). A store
-        whose checkpoint fails (another file system, files gone under a read-only handle) is left out: its
-        workers open the live directory."""
+        """The checkpoints of ``generation`` for one more worker (taken now if new; call under the store's write
+        lock, and `drop` when that worker is gone). A store whose checkpoint fails (another file system, files
+        gone under a read-only handle) is left out, with a warning: its workers open the live directory."""
         with self._lock:
-            if generation in self._taken:
-                return self._taken[generation]
-            taken: dict[int, Path] = {}
-            for key, store in stores.items():
-                assert store.path is not None
-                try:
-                    if key not in self._roots:
-                        _sweep_stale(store.path)
-                        self._roots[key] = Path(tempfile.mkdtemp(prefix=f".{store.path.name}.workers-{os.getpid()}-",
-                                                                 dir=store.path.parent))
-                    target = self._roots[key] / f"g{generation}"
-                    shutil.rmtree(target, ignore_errors=True)
-                    store.raw.backup(str(target))  # flushes a read-write store first
-                    taken[key] = target
-                except (OSError, RuntimeError) as err:
-                    LOG.warning("%s: no checkpoint for the query workers (%s: %s); they open the live directory",
-                                store.path, type(err).__name__, err)
-            self._taken[generation] = taken
-            return taken
+            if generation not in self._taken:
+                self._taken[generation] = {k: p for k, s in stores.items() if (p := self._checkpoint(k, s, generation))}
+                self._latest = max(self._latest, generation)
+                self._remove_unused()
+            self._users[generation] = self._users.get(generation, 0) + 1
+            return self._taken[generation]
 
-    def release(self, keep: set[int]) -> None:
-        """Remove the checkpoints of every generation not in ``keep`` (those of live workers, and the latest)."""
+    def _checkpoint(self, key: int, store: OxigraphStore, generation: int) -> Path | None:
+        assert store.path is not None
+        try:
+            if key not in self._roots:
+                _sweep_stale(store.path)
+                self._roots[key] = Path(tempfile.mkdtemp(prefix=f".{store.path.name}.workers-{os.getpid()}-",
+                                                         dir=store.path.parent))
+            target = self._roots[key] / f"g{generation}"
+            shutil.rmtree(target, ignore_errors=True)
+            store.raw.backup(str(target))  # flushes a read-write store first
+            return target
+        except (OSError, RuntimeError) as err:
+            LOG.warning("%s: no checkpoint for the query workers (%s: %s); they open the live directory",
+                        store.path, type(err).__name__, err)
+            return None
+
+    def drop(self, generation: int) -> None:
+        """One worker of ``generation`` is gone; checkpoints no worker uses, but the latest, are removed."""
         with self._lock:
-            for generation in [g for g in self._taken if g not in keep]:
-                for path in self._taken.pop(generation).values():
-                    shutil.rmtree(path, ignore_errors=True)
+            if self._users.get(generation, 0) > 0:
+                self._users[generation] -= 1
+            self._remove_unused()
+
+    def _remove_unused(self) -> None:
+        for generation in [g for g in self._taken if g != self._latest and not self._users.get(g)]:
+            self._users.pop(generation, None)
+            for path in self._taken.pop(generation).values():
+                shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
         """Remove every checkpoint folder (the workers are gone)."""
@@ -81,3 +93,4 @@ class Checkpoints:
                 shutil.rmtree(root, ignore_errors=True)
             self._roots.clear()
             self._taken.clear()
+            self._users.clear()

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from debugtune.kg import open_store
+from debugtune.kg import OxigraphStore, open_store, query_workers
 from debugtune.kg.query_workers import QueryWorkers, WorkerError, anon_rss
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux /proc")
@@ -61,6 +61,14 @@ def _die_by(sig: int) -> None:
 
 def _count_nothing() -> int:
     return 0
+
+
+class _HangsAtOpen(OxigraphStore):
+    """A real on-disk store whose worker-side open never returns (as a fork that copied a held lock would)."""
+
+    def use_read_only(self, directory=None):
+        threading.Event().wait(60)
+        return super().use_read_only(directory)
 
 
 class _UnpicklableInWorker:
@@ -140,3 +148,20 @@ def test_a_dying_worker_leaves_its_last_words_in_the_log(caplog):
         assert workers.call(_count_nothing) == 0
     finally:
         workers.close()
+
+
+def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, caplog, monkeypatch):
+    monkeypatch.setattr(query_workers, "START_S", 0.5)
+    store = _HangsAtOpen(tmp_path / "store")
+    workers = QueryWorkers(1, 30.0)
+    workers.share(store)
+    try:
+        with caplog.at_level(logging.ERROR, logger=LOGGER), pytest.raises(WorkerError) as err:
+            workers.call(_count, store)
+        assert err.value.reason == "crashed" and "no worker process started within 0.5 s, twice" in str(err.value)
+        lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+        assert len(lines) == 2 and all("did not start within 0.5 s" in line for line in lines), lines
+    finally:
+        workers.close()
+        store.close()
+    assert not list(tmp_path.glob(".store.workers-*/g*")), "checkpoints left behind"

@@ -165,3 +165,19 @@ def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, ca
         workers.close()
         store.close()
     assert not list(tmp_path.glob(".store.workers-*/g*")), "checkpoints left behind"
+
+
+def test_checkpoints_of_a_server_that_is_gone_are_removed(tmp_path):
+    """A server killed outright leaves its checkpoint folder beside the store; the next one removes it."""
+    stale = tmp_path / f".store.workers-{2**22 + 7}-abc"  # above Linux's largest pid: no such process
+    (stale / "g3").mkdir(parents=True)
+    store = open_store(tmp_path / "store")
+    store.load_data("<urn:a> <urn:b> <urn:c> .", graph="urn:g")
+    workers = QueryWorkers(1, 30.0)
+    workers.share(store)
+    try:
+        assert workers.call(_count, store) == 1
+        assert not stale.exists() and len(list(tmp_path.glob(".store.workers-*"))) == 1
+    finally:
+        workers.close()
+        store.close()

@@ -49,7 +49,7 @@ class Limits:
     max_query_depth: int = SparqlBounds.max_depth
     max_query_terms: int = SparqlBounds.max_terms
     query_memory_mb: int | None = 2048
-    """Address space a worker may add to what it inherits; a query past it kills only its worker."""
+    """Resident memory (MiB) a worker may add to what it inherits; a query past it kills only its worker."""
 
     def bounds(self) -> SparqlBounds:
         return SparqlBounds(self.max_query_chars, self.max_query_depth, self.max_query_terms, tuple(self.services))
@@ -102,8 +102,7 @@ class EndpointSettings:
         if err.reason == "busy":
             return EndpointError(503, f"the query did not start within the endpoint's time limit of {limit:g} s: "
                                       f"{err}")
-        return EndpointError(503, f"the query was stopped: {err} (memory limit "
-                                  f"{self.limits.query_memory_mb or 'none'} MiB per worker)")
+        return EndpointError(503, f"the query was stopped: {err}")  # "memory" or "crashed": what the log says too
 
     def check_text(self, text: str, *, update: bool) -> None:
         """400/403 for SPARQL text the guard refuses (`sparql_guard.check_sparql`), before anything parses it."""

@@ -362,12 +362,13 @@ class OxigraphStore(Store):
         # every write of this process counts; a read-only or locked directory sees no other writer
         return write_generation()
 
-    def use_read_only(self) -> ox.Store:
-        """Switch this object to a read-only handle on its directory (in a query worker process); returns the
-        handle it held, which the caller must keep alive (dropping a RocksDB handle copied by fork may hang)."""
+    def use_read_only(self, directory: Path | None = None) -> ox.Store:
+        """Switch this object to a read-only handle on its directory, or on ``directory`` (a checkpoint of it), in
+        a query worker process; returns the handle it held, which the caller must keep alive (dropping a RocksDB
+        handle copied by fork may hang)."""
         old = self._live
         if self.path is not None:
-            self._store = ox.Store.read_only(str(self.path))
+            self._store = ox.Store.read_only(str(directory or self.path))
         return old
 
     def count(self, graph: str | None = None) -> int:

@@ -1,14 +1,21 @@
-"""Serve a FastAPI app with a real uvicorn on 127.0.0.1 (random free port) for the duration of a test."""
+"""Serve a FastAPI app with a real uvicorn on 127.0.0.1 (random free port) for the duration of a test, in this
+process or as the real `cann-debug serve` process."""
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import httpx
 import uvicorn
+
+CLI = str(Path(sys.executable).with_name("cann-debug"))
 
 
 def free_port() -> int:
@@ -38,3 +45,25 @@ def serving(app) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+@contextmanager
+def cann_debug_serve(store: Path, *args: str, log: Path) -> Iterator[str]:
+    """``cann-debug serve --store STORE ARGS`` on a free loopback port; yields its URL, its stderr goes to ``log``."""
+    port = free_port()
+    with log.open("wb") as err:
+        proc = subprocess.Popen([CLI, "serve", "--store", str(store), "--port", str(port), *args],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
@@ -15,7 +12,7 @@ from typer.testing import CliRunner
 import debugtune
 from debugtune.cli.apps import debug_app
 from debugtune.kg import open_store
-from tests.app_server import free_port
+from tests.app_server import cann_debug_serve
 from tests.query_kb import load_test_kb
 
 runner = CliRunner()
@@ -105,34 +102,16 @@ def test_serve_command_over_http(tmp_path):
     token = tmp_path / "token"
     token.write_text("0123456789abcdef0123\n")
     token.chmod(0o600)
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from debugtune.cli import debug_main; debug_main()", "serve",
-                             "--store", store_dir, "--port", str(port), "--allow-update", "--token-file", str(token)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
-            time.sleep(0.2)
+    log = tmp_path / "serve.log"
+    with cann_debug_serve(store_dir, "--allow-update", "--token-file", str(token), log=log) as url:
         r = httpx.post(url + "/dsl", json={"query": "causes of run moe-1 limit 1"})
-        if r.status_code != 200:  # a 503: the query timed out on a loaded machine, or its worker process died
-            proc.terminate()
-            pytest.fail(f"{r.text}\nserver stderr:\n{proc.communicate(timeout=20)[1].decode()[-3000:]}")
+        assert r.status_code == 200, f"{r.text}\nserver log:\n{log.read_text()[-3000:]}"
         assert r.json()["rows"][0]["cause"] == "GateInitBias"
         upd = {"content-type": "application/sparql-update"}
         body = "INSERT DATA { GRAPH <urn:t> { <urn:a> <urn:b> <urn:c> } }"
         assert httpx.post(url + "/sparql", content=body, headers=upd).status_code == 401
         ok = httpx.post(url + "/sparql", content=body, headers={**upd, "Authorization": "Bearer 0123456789abcdef0123"})
         assert ok.status_code == 204
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_serve_refuses_updates_without_a_token(store_dir):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import stat
 from pathlib import Path
@@ -71,7 +72,7 @@ def serve(
                                           "return.")] = 100_000,
     max_body_mb: Annotated[float, typer.Option("--max-body-mb", help="Largest request body in MiB.")] = 16.0,
     workers: Annotated[int, typer.Option("--workers", help="Query worker processes.")] = 4,
-    query_memory_mb: Annotated[int, typer.Option("--query-memory-mb", help="Memory a query worker may add "
+    query_memory_mb: Annotated[int, typer.Option("--query-memory-mb", help="Resident memory a query worker may add "
                                                  "(MiB); a query past it is stopped (0: no cap).")] = 2048,
     allow_service: Annotated[list[str] | None, typer.Option("--allow-service", help="An endpoint IRI that SPARQL "
                              "SERVICE may name (repeat for several); none by default.")] = None,
@@ -105,6 +106,9 @@ def serve(
             fail(f"--allow-service {iri_text!r} is not an http(s) IRI")
     limits = Limits(query_timeout_s=timeout, max_rows=max_rows, max_body_bytes=int(max_body_mb * 1024 * 1024),
                     workers=workers, services=services, query_memory_mb=query_memory_mb or None)
+    log = logging.StreamHandler()  # the query workers' deaths and kills, one line each (docs/server.md)
+    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("debugtune").addHandler(log)
     with session_store(store, read_only=not allow_update) as st:  # other commands may write meanwhile
         app = create_app(st, allow_update=allow_update, token=token, limits=limits)
         url = f"{'https' if tls else 'http'}://{host}:{port}"

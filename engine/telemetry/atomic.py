@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from debugtune.kg.processes import process_alive
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
@@ -31,16 +33,6 @@ _STALE_AFTER_S = 24 * 3600
 """A staging folder without its writer's process id (written before ids were recorded) is stale after a day."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale_stages(target: str | Path) -> list[Path]:
     """Remove the staging (and swapped-out ``.old``) folders of ``target`` that a killed writer left behind.
 
@@ -56,7 +48,7 @@ def clean_stale_stages(target: str | Path) -> list[Path]:
             continue
         middle = entry.name[len(target.name) + 2:].split(".")
         pid = int(middle[0]) if middle and middle[0].isdigit() else None
-        stale = not _alive(pid) if pid is not None else (time.time() - entry.stat().st_mtime > _STALE_AFTER_S)
+        stale = not process_alive(pid) if pid is not None else (time.time() - entry.stat().st_mtime > _STALE_AFTER_S)
         if stale and pid != os.getpid():
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)

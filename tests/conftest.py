@@ -44,3 +44,20 @@ def quick_bench(tmp_path_factory):
     from bench.faults.cli import run_benchmark
 
     return run_benchmark(quick=True, out=tmp_path_factory.mktemp("faultbench"), jobs=2, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def th():
+    """Every threshold of the shipped knowledge base (one load per test module)."""
+    from tests.diagnose_helpers import thresholds
+
+    return thresholds()
+
+
+@pytest.fixture(scope="module")
+def model():
+    """The inference model compiled from the shipped knowledge base (one per test module)."""
+    from debugtune.engine.infer import load_model
+    from tests.diagnose_helpers import knowledge_store
+
+    return load_model(knowledge_store())

@@ -18,16 +18,11 @@ from tests.diagnose_helpers import (
     replace_row,
     run_and_diagnose,
     symptoms,
-    thresholds,
     write_run,
 )
 
 N = 300
 
-
-@pytest.fixture(scope="module")
-def th():
-    return thresholds()
 
 
 @pytest.fixture
@@ -52,7 +47,7 @@ def test_healthy_run_has_no_findings(tmp_path, th, rng):
 
 def test_loss_oscillation_reports_period_and_amplitude(tmp_path, th, rng):
     t = np.arange(N)
-    loss = healthy_loss(N, rng) + 0.35 * np.sin(2 * np.pi * t / 24)
+    loss = healthy_loss(N, rng, floor=0.6) + 0.35 * np.sin(2 * np.pi * t / 24)  # above 0, as a real loss stays
     f = finding(run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, loss=loss)}), "LossOscillation")
     assert f.evidence["period_steps"] == pytest.approx(24, abs=1)
     assert f.evidence["amplitude"] == pytest.approx(0.35, abs=0.06)

@@ -13,7 +13,7 @@ from debugtune.engine.infer.causal import activation, evidence
 from debugtune.kg.assertions import read_hypotheses
 from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base
 from debugtune.kg.records import CorrelationEdge, Finding
-from tests.diagnose_helpers import knowledge_store, thresholds
+from tests.diagnose_helpers import knowledge_store
 
 MOE = {"ExpertImbalance", "DeadExperts", "TokenDropping", "RouterGradVanishing", "LossOscillation", "LossSpike",
        "LossDivergence", "LossPlateau", "SlowConvergence", "GradientExplosion", "GradientVanishing", "NaNOrInf",
@@ -32,10 +32,6 @@ def f(symptom, entity="", onset=0, end=299, severity=0.9, dimension="convergence
 def kb_store():
     return knowledge_store()
 
-
-@pytest.fixture(scope="module")
-def th():
-    return thresholds()
 
 
 @pytest.fixture(scope="module")

@@ -10,17 +10,12 @@ torch = pytest.importorskip("torch")
 
 from debugtune.engine.capture.label_agreement import LabelAgreement  # noqa: E402
 from debugtune.engine.capture.loss_identity import identity_hits, sampled_rows  # noqa: E402
-from debugtune.engine.diagnose import Thresholds, diagnose_run  # noqa: E402
-from tests.diagnose_helpers import knowledge_store  # noqa: E402
+from debugtune.engine.diagnose import diagnose_run  # noqa: E402
 from tests.test_probe_evidence import mlp, train  # noqa: E402
 
 F = torch.nn.functional
 K = 10
 
-
-@pytest.fixture(scope="module")
-def th():
-    return Thresholds.from_store(knowledge_store())
 
 
 def _observe(th, logits, loss_fn, targets):

@@ -7,15 +7,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from debugtune.engine.capture.loss_identity import HYPOTHESES, LossIdentity, identity_hits, sampled_rows  # noqa: E402
-from debugtune.engine.capture.probe import knowledge_thresholds  # noqa: E402
 
 F = torch.nn.functional
 N, K = 128, 10
 
-
-@pytest.fixture(scope="module")
-def th():
-    return knowledge_thresholds()
 
 
 def shares(th, loss, squash=None, shape=(N, K), seed=0):

@@ -10,16 +10,11 @@ torch = pytest.importorskip("torch")
 
 from debugtune.engine.capture.loss_identity import identity_hits, sampled_rows  # noqa: E402
 from debugtune.engine.capture.output_reach import KEYS, OutputReach  # noqa: E402
-from debugtune.engine.diagnose import Thresholds, diagnose_run  # noqa: E402
-from tests.diagnose_helpers import knowledge_store  # noqa: E402
+from debugtune.engine.diagnose import diagnose_run  # noqa: E402
 from tests.test_probe_evidence import train  # noqa: E402
 
 F = torch.nn.functional
 
-
-@pytest.fixture(scope="module")
-def th():
-    return Thresholds.from_store(knowledge_store())
 
 
 def _observe(th, out, loss_fn, targets, head=lambda y: y):

@@ -9,17 +9,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import debugtune  # noqa: E402
-from debugtune.engine.capture.probe import knowledge_thresholds  # noqa: E402
 from debugtune.engine.diagnose import Thresholds, diagnose_run  # noqa: E402
 from debugtune.engine.telemetry import read_run_json, read_telemetry  # noqa: E402
 from tests.diagnose_helpers import knowledge_store  # noqa: E402
 
 F = torch.nn.functional
 
-
-@pytest.fixture(scope="module")
-def th():
-    return knowledge_thresholds()
 
 
 def batches(n_in=16, classes=4, batch=64, seed=0):

@@ -4,11 +4,9 @@ engine's answers on constructed finding sets."""
 
 from __future__ import annotations
 
-import pytest
-
 from debugtune.engine.diagnose import DETECTORS
 from debugtune.engine.infer.causal import UNKNOWN
-from tests.diagnose_helpers import knowledge_store, thresholds
+from tests.diagnose_helpers import knowledge_store
 from tests.test_infer import f, top
 
 DENSE = {"LossSpike", "LossOscillation", "LossDivergence", "LossPlateau", "SlowConvergence", "GradientExplosion",
@@ -18,16 +16,6 @@ MOE = DENSE | {"ExpertImbalance", "DeadExperts", "TokenDropping", "RouterGradVan
                "BalanceLossNegligible"}
 
 
-@pytest.fixture(scope="module")
-def th():
-    return thresholds()
-
-
-@pytest.fixture(scope="module")
-def model():
-    from debugtune.engine.infer import load_model
-
-    return load_model(knowledge_store())
 
 
 def test_every_evidence_item_names_a_linked_symptom_a_detector_judges(model):

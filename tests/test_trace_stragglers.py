@@ -8,22 +8,14 @@ import numpy as np
 import pytest
 
 from debugtune.engine.diagnose.groups import layout
-from debugtune.engine.infer import candidate_causes, infer, load_model, rank
+from debugtune.engine.infer import candidate_causes, infer, rank
 from debugtune.kg import open_store
 from debugtune.kg.knowledge import load_knowledge
-from tests.diagnose_helpers import finding, knowledge_store, run_and_diagnose, symptoms, thresholds
+from tests.diagnose_helpers import finding, run_and_diagnose, symptoms
 
 C = "communication"
 
 
-@pytest.fixture(scope="module")
-def th():
-    return thresholds()
-
-
-@pytest.fixture(scope="module")
-def model():
-    return load_model(knowledge_store())
 
 
 def _ranks(compute: np.ndarray, comm_base: float = 40.0, entity: str = "allreduce") -> dict:

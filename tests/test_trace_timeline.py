@@ -12,14 +12,9 @@ import pytest
 from debugtune.engine.capture.importers import ImportFormatError, import_path
 from debugtune.engine.diagnose import diagnose_run
 from debugtune.engine.telemetry import read_run_json, read_telemetry
-from tests.diagnose_helpers import thresholds
 
 NCCL = "pytorch-profiler/nccl_allreduce_rank0.json.gz"
 
-
-@pytest.fixture(scope="module")
-def th():
-    return thresholds()
 
 
 @pytest.fixture(scope="module")

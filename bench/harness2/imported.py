@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from bench.harness2.outcome import Outcome
+from bench.harness2.outcome import Outcome, sgd_step
 from debugtune.engine.capture.importers.registry import import_path
 
 
@@ -35,14 +35,10 @@ def _train(write: object, seed: int, *, lr: float, label_noise: float, zero_grad
     losses = []
     for step in range(steps):
         i = torch.randint(0, 4096, (64,), generator=g)
-        if zero_grad_every and step % zero_grad_every == 0:
-            opt.zero_grad()
-        loss = F.cross_entropy(model(x[i]), y[i])
-        loss.backward()
-        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
-        opt.step()
-        losses.append(loss.item())
-        write(step, {"loss": loss.item(), "lr": lr, "grad_norm": norm})  # type: ignore[operator]
+        loss, norm = sgd_step(opt, step, zero_grad_every, lambda: F.cross_entropy(model(x[i]), y[i]),  # noqa: B023
+                              model.parameters())
+        losses.append(loss)
+        write(step, {"loss": loss, "lr": lr, "grad_norm": norm})  # type: ignore[operator]
     return losses
 
 

@@ -20,3 +20,19 @@ class Outcome:
         if not tail or any(not math.isfinite(v) for v in tail):
             return math.inf
         return sorted(tail)[len(tail) // 2]
+
+
+def sgd_step(opt: object, step: int, zero_grad_every: int, loss_of: object, clip_params: object = None,
+             clip: float = float("inf")) -> tuple[float, float | None]:
+    """One optimiser step of a hand-written loop: ``zero_grad`` every ``zero_grad_every`` steps (0: never — the
+    skipped-``zero_grad`` mistake), backward of ``loss_of()``, an optional ``clip_grad_norm_`` over ``clip_params``.
+    Returns the loss and the gradient norm (None when nothing was clipped)."""
+    import torch
+
+    if zero_grad_every and step % zero_grad_every == 0:
+        opt.zero_grad()  # type: ignore[attr-defined]
+    loss = loss_of()  # type: ignore[operator]
+    loss.backward()
+    norm = None if clip_params is None else float(torch.nn.utils.clip_grad_norm_(clip_params, clip))
+    opt.step()  # type: ignore[attr-defined]
+    return float(loss.item()), norm

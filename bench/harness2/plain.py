@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import debugtune
-from bench.harness2.outcome import Outcome
+from bench.harness2.outcome import Outcome, sgd_step
 
 _ACTS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh}
 
@@ -40,13 +40,9 @@ def regression_mlp(run_dir: Path, seed: int = 0, *, zero_grad_every: int = 1, ga
     with debugtune.attach(model, opt, run_dir) as probe:
         for step in range(steps):
             i = torch.randint(0, 2048, (64,), generator=g)
-            if zero_grad_every and step % zero_grad_every == 0:
-                opt.zero_grad()
-            loss = F.mse_loss(model(x[i]), y[i])
-            loss.backward()
-            opt.step()
-            probe.log(loss=loss.item())
-            losses.append(loss.item())
+            loss, _ = sgd_step(opt, step, zero_grad_every, lambda: F.mse_loss(model(x[i]), y[i]))  # noqa: B023
+            probe.log(loss=loss)
+            losses.append(loss)
     return Outcome(losses)
 
 
@@ -79,14 +75,10 @@ def encoder(run_dir: Path, seed: int = 0, *, zero_grad_every: int = 1, label_noi
             y = ((x == 3).sum(1) > (x == 7).sum(1)).long()
             if label_noise:
                 y = torch.where(torch.rand(32, generator=g) < label_noise, 1 - y, y)
-            if zero_grad_every and step % zero_grad_every == 0:
-                opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            probe.log(loss=loss.item())
-            losses.append(loss.item())
+            loss, _ = sgd_step(opt, step, zero_grad_every, lambda: F.cross_entropy(model(x), y),  # noqa: B023
+                               model.parameters(), 1.0)
+            probe.log(loss=loss)
+            losses.append(loss)
     return Outcome(losses)
 
 

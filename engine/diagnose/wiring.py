@@ -262,6 +262,8 @@ def frozen_by_flag(ctx: Context, data: object, out: Emit) -> None:
     the finding says what is frozen, and the cause needs harm to the outcome as well to be named
     (engine.infer.specific: it is not sufficient alone)."""
     params = (ctx.meta.get("probe") or {}).get("params") or {}
+    if not params:
+        raise NotJudged("the probe's parameter list (run.json probe.params) not recorded")
     frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
     if frozen == 0:
         return

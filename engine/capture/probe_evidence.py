@@ -3,8 +3,8 @@
 One object the probe calls at attach, at each optimizer step's pre- and post-hook, at ``watch_router`` and
 at close; it owns the pieces (each in its own module, see there for what and why):
 
-- ``probe_layers``: weight layers, ``init_weight_std`` / ``init_gain`` at attach, run.json ``layer_kinds`` and
-  ``mode_dependent`` (dropout, batch norm);
+- ``probe_layers``: weight layers, ``init_weight_std`` / ``init_gain`` / ``init_norm_gain`` at attach, run.json
+  ``layer_kinds`` and ``mode_dependent`` (dropout, batch norm);
 - ``hooks_forward``: model input (every recorded step) and output, weight-layer signal and forward order;
 - ``grad_cosine``: ``grad_cos_prev`` (every recorded step);
 - ``hooks_stale``: ``grad_stale_frac`` (every recorded step);
@@ -26,7 +26,7 @@ from debugtune.engine.capture.grad_cosine import GradCosine
 from debugtune.engine.capture.hooks_forward import SIMPLEX_KEY, ForwardEvidence
 from debugtune.engine.capture.hooks_stale import StaleTracker
 from debugtune.engine.capture.probe_errors import ProbeErrors
-from debugtune.engine.capture.probe_layers import init_rows, layer_kinds, mode_dependent, weight_layers
+from debugtune.engine.capture.probe_layers import init_rows, layer_kinds, mode_dependent, norm_gains, weight_layers
 from debugtune.engine.capture.probe_layout import ParamLayout
 from debugtune.engine.capture.probe_measure import StepRows
 from debugtune.engine.capture.probe_outside import OutsideOptimizer
@@ -55,6 +55,7 @@ class Evidence:
         self.kinds = layer_kinds(model, layout.layer_names)
         self.mode_dependent = self._guard("mode_dependent", mode_dependent, model)
         self._layers = layers
+        self._model = model
         self._routers: list[RouterLogits] = []
         self._ordered = False
 
@@ -78,6 +79,9 @@ class Evidence:
         if names:
             rows.add("gradient", "init_weight_std", names, stds)
             rows.add("gradient", "init_gain", names, gains)
+        norms, norm_gain = norm_gains(self._model)
+        if norms:
+            rows.add("gradient", "init_norm_gain", norms, norm_gain)
         self.outside.membership(rows)
         rows.write(self.writer, 0)
 

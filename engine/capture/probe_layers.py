@@ -8,6 +8,11 @@ not an embedding (a lookup table, not a map of its input) nor a normalisation la
 path, the probe's layer entity of those parameters. The root module is not a weight layer: its parameters'
 entities are their own names.
 
+``init_norm_gain``: the median |gamma| of a normalisation layer's weight at attach. LayerNorm, RMSNorm,
+BatchNorm and GroupNorm start it at 1 in PyTorch and the frameworks built on it (zero for a residual branch's
+last norm under zero-init recipes), so a whole model scaled by a constant shows here even where the weight
+layers' gains stay within the standard range (a BERT init of std 0.02 times 8 is He-sized).
+
 ``init_gain`` = std(W) * sqrt(fan_in) with fan_in from ``torch.nn.init._calculate_fan_in_and_fan_out``: about
 0.58 for PyTorch's default Linear/Conv init (kaiming_uniform with a = sqrt(5)), 1 for LeCun or square Xavier,
 1.41 for He; a 0.02x or 12x init is far from all of them whatever the width. A module with several weight
@@ -99,3 +104,20 @@ def init_rows(layers: list[tuple[str, Any]]) -> tuple[list[str], list[float], li
             stds.append(scale[0])
             gains.append(scale[1])
     return names, stds, gains
+
+
+def norm_gains(model: Any) -> tuple[list[str], list[float]]:
+    """Entities and median |weight| at attach of the normalisation layers with a readable 1-D weight."""
+    import torch
+
+    names, gains = [], []
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            w = getattr(m, "weight", None)
+            if not name or "Norm" not in type(m).__name__ or not isinstance(w, torch.Tensor) or w.dim() != 1:
+                continue
+            if w.is_meta or not w.is_floating_point() or w.numel() == 0:
+                continue
+            names.append(name)
+            gains.append(float(w.detach().double().abs().median()))
+    return names, gains

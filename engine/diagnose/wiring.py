@@ -166,24 +166,37 @@ def forward_signal(ctx: Context, data: object, out: Emit) -> None:
             (steps, np.log10(np.maximum(ffill(ctx.view.series("output_std")[1]), 1e-30))))
 
 
+def _attach_median(ctx: Context, metric: str) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
+    """(steps, finite attach values, their entities) of a per-layer attach-time metric, None when not recorded."""
+    if not ctx.view.has(metric):
+        return None
+    g = ctx.view.by_entity(metric)
+    first = g.values[:, 0] if g.values.size else np.zeros(0)
+    ok = np.isfinite(first)
+    return (g.steps, first[ok], [str(n) for n, k in zip(g.labels, ok, strict=True) if k]) if ok.any() else None
+
+
 def init_scale(ctx: Context, data: object, out: Emit) -> None:
     """At attach the weight layers' gain std(W)·sqrt(fan_in) is far above every standard initialisation's (He's
-    sqrt(2) is the largest): the median over layers, so that one layer with an odd shape (a tied head, a first
-    layer of fan-in 2) does not decide. Only the large side: see the symptom's definition."""
-    g = ctx.view.by_entity("init_gain")
-    gains = g.values[:, 0] if g.values.size else np.zeros(0)
-    gains = gains[np.isfinite(gains)]
-    if gains.size == 0:
-        raise NotJudged("no finite init_gain at attach")
-    median, limit = float(np.median(gains)), ctx.th["gradient.init_scale.max_gain"]
-    if median <= limit:
+    sqrt(2) is the largest), or the normalisation layers' gains are far above the 1 every framework starts them
+    at: the median over layers, so that one layer with an odd shape (a tied head, a first layer of fan-in 2) does
+    not decide. Only the large side: see the symptom's definition."""
+    th = ctx.th
+    measured = [(m, x, th[key]) for m, key in (("init_gain", "gradient.init_scale.max_gain"),
+                                                ("init_norm_gain", "gradient.init_scale.max_norm_gain"))
+                if (x := _attach_median(ctx, m)) is not None]
+    if not measured:
+        raise NotJudged("no finite init_gain or init_norm_gain at attach")
+    over = [(m, x, limit, float(np.median(x[1]))) for m, x, limit in measured if float(np.median(x[1])) > limit]
+    if not over:
         return
-    names = [str(n) for n, v in zip(g.labels, g.values[:, 0], strict=True) if np.isfinite(v) and v > limit]
-    steps = g.steps
+    metric, (steps, values, names), limit, median = max(over, key=lambda o: o[3] / o[2])
+    above = [n for n, v in zip(names, values, strict=True) if v > limit]
+    key = "init_gain_median" if metric == "init_gain" else "init_norm_gain_median"
     out.add(make_finding("InitWeightsTooLarge", "gradient", "", steps, 0, steps.size - 1,
                          severity(median / limit, 1.0, 8.0),
-                         {"init_gain_median": median, "layers_above": len(names), "layers": len(gains),
-                          "first_layers_above": ",".join(names[:4])}, "gradient.init_scale", 0),
+                         {key: median, "layers_above": len(above), "layers": len(values), "measure": metric,
+                          "first_layers_above": ",".join(above[:4])}, "gradient.init_scale", 0),
             (steps, np.full(steps.size, median)))
 
 

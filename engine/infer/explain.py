@@ -244,7 +244,11 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                          f"{_g(f.evidence, 'end_to_end_gain'):.1e} of its input's scale "
                                          f"(output std {_g(f.evidence, 'output_std'):.1e})"),
     "InitWeightsTooLarge": lambda f: (f"at attach the weight layers' gain std(W)·sqrt(fan_in) was "
-                                      f"{_g(f.evidence, 'init_gain_median'):.3g} (median; He's init gives 1.41)"),
+                                      f"{_g(f.evidence, 'init_gain_median'):.3g} (median; He's init gives 1.41)"
+                                      if "init_gain_median" in f.evidence else
+                                      f"at attach the normalisation layers' gain |gamma| was "
+                                      f"{_g(f.evidence, 'init_norm_gain_median'):.3g} (median; frameworks start "
+                                      f"it at 1)"),
     "StaleGradients": lambda f: (f"the gradients were not zeroed on {_g(f.evidence, 'stale_step_share'):.0%} of the "
                                  f"steps (the previous step's gradient was still in .grad at the next backward)"),
     "ParametersNotOptimized": lambda f: (f"{int(_g(f.evidence, 'layers_not_optimized'))} layer(s) (first {f.entity}) "

@@ -48,6 +48,7 @@ GRADIENT_METRICS = {
     # direct evidence of the live probe (issue 12; docs/probe.md)
     "init_weight_std": "std of a weight layer's weight at attach (entity: layer; step 0)",
     "init_gain": "std(W) * sqrt(fan_in) of a weight layer at attach (entity: layer; step 0)",
+    "init_norm_gain": "median |weight| of a normalisation layer at attach, 1 by default (entity: layer; step 0)",
     "act_out_std": "std of a weight layer's output (entity: layer; detail steps)",
     "act_in_dead_frac": "fraction of a weight layer's input features zero for every sample (detail steps)",
     "act_in_sat_frac": "fraction of a bounded, non-ReLU weight-layer input near its bounds (detail steps)",

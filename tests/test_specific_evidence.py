@@ -102,3 +102,51 @@ def test_upstream_input_scale_explains_a_biased_router(model, th):
 def test_nothing_decides_without_findings(model, th):
     r = top(model, th, [], DENSE)
     assert not r.hypotheses and r.confidences.get(UNKNOWN, 0) > 0.5 or not r.scores
+
+
+def _dead_units() -> list:
+    return [f("DeadUnits", "body.1", onset=30, dimension="gradient", dead_frac=0.7),
+            f("LossPlateau", onset=40, severity=0.8)]
+
+
+def test_a_rival_the_run_cannot_rule_out_keeps_shared_evidence_under_the_ceiling(model, th):
+    """Dead rectifier units follow from a dying-ReLU set-up and from a learning rate that is too high: where the
+    update ratio was not measured (neither UpdateRatioTooHigh nor UpdateRatioTooLow judged) the dead units still
+    lead, but are not shown as certain, and the report names the rival; measured and absent, they decide."""
+    unmeasured = (DENSE | {"DeadUnits"}) - {"UpdateRatioTooHigh", "UpdateRatioTooLow"}
+    r = top(model, th, _dead_units(), unmeasured)
+    dying = r.specificity["DyingReLU"]
+    assert dying.decides and not dying.certain
+    assert ("DeadUnits", "LearningRateTooHigh") in dying.rivals
+    lead = r.hypotheses[0]
+    assert lead.cause == "DyingReLU"
+    assert lead.confidence <= th["infer.unspecific_ceiling"] + 1e-9 and "LearningRateTooHigh" in lead.basis
+    measured = top(model, th, _dead_units(), DENSE | {"DeadUnits"})
+    assert measured.specificity["DyingReLU"].certain
+
+
+def test_evidence_that_is_a_fault_by_definition_has_no_rival(model, th):
+    """A weight scale beyond every standard init (sufficient alone) decides whatever else could not be judged."""
+    big = [f("InitWeightsTooLarge", onset=0, dimension="gradient", init_gain_median=9.0),
+           f("LossDivergence", onset=20, severity=0.8)]
+    r = top(model, th, big, DENSE - {"ActivationSaturation"})
+    assert r.specificity["BadWeightInit"].certain and not r.specificity["BadWeightInit"].rivals
+
+
+def test_generic_answers_of_a_run_that_measured_nothing_specific_stay_low(model, th):
+    """Logs with only a loss and a gradient norm (an imported run) judge none of a learning rate's specific
+    evidence: its generic chain is shown at no more than the lower ceiling, and the basis says why."""
+    loss_only = {"LossSpike", "LossOscillation", "LossDivergence", "LossPlateau", "SlowConvergence",
+                 "GradientExplosion", "GradientVanishing", "NaNOrInf", "GradNormDrift"}
+    r = top(model, th, _generic_lr_findings(), loss_only)
+    low = min(th["infer.unspecific_ceiling"], th["infer.unmeasured_ceiling"])
+    shown = {c.cause: c.confidence for c in r.candidates}
+    blind = [c for c, x in r.specificity.items() if x.declared and not x.measurable]
+    assert blind, "some candidate declares specific evidence the run could not judge"
+    for cause in blind:
+        assert shown[cause] <= low + 1e-9
+    for h in r.hypotheses:
+        if h.cause in blind:
+            assert "could be measured" in h.basis
+    probed = top(model, th, _generic_lr_findings(), DENSE)
+    assert probed.specificity["LearningRateTooHigh"].measurable  # a probed run judges the update ratio

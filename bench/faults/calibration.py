@@ -35,7 +35,7 @@ from debugtune.engine.diagnose import Thresholds, diagnose_run
 from debugtune.engine.infer.causal import UNKNOWN, activation, before_breakdown, calibrated, evidence
 from debugtune.engine.infer.engine import candidate_causes, rank, reportable, rule_scope
 from debugtune.engine.infer.model import CausalModel, Link
-from debugtune.engine.infer.specific import lead_first
+from debugtune.engine.infer.specific import ceiling_of, lead_first
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.errors import DebugtuneError
 from debugtune.kg.namespaces import run_graph
@@ -253,6 +253,8 @@ class Scored:
     detection: dict[str, int]
     support: dict[str, int]           # cause → number of observed symptoms in its chain
     decides: frozenset[str] = frozenset()  # causes whose specific evidence decides (engine.infer.specific)
+    certain: frozenset[str] | None = None  # of those, the ones no unruled rival shares it with (None: all of them)
+    ceilings: dict[str, float] = field(default_factory=dict)  # the ceiling of every other cause (engine.infer.specific)
 
 
 def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list[Scored]:
@@ -272,7 +274,9 @@ def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list
                 detection[sc.cause] = int(min(steps))
         out.append(Scored(s, logits, frozenset(sc.cause for sc in r.scores if reportable(model, sc)), detection,
                           {sc.cause: len(sc.explained) for sc in r.scores},
-                          frozenset(c for c, x in r.specificity.items() if x.decides)))
+                          frozenset(c for c, x in r.specificity.items() if x.decides),
+                          frozenset(c for c, x in r.specificity.items() if x.certain),
+                          {c: ceiling_of(x, th) for c, x in r.specificity.items()}))
     return out
 
 
@@ -309,7 +313,8 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
 def _shown(sc: Scored, cause: str, p: float, th: Thresholds) -> float:
     """The confidence the engine shows: the map, then the ceiling for a cause its specific evidence does not decide."""
     c = calibrated(p, th)
-    return c if cause in sc.decides else min(c, th["infer.unspecific_ceiling"])
+    certain = sc.decides if sc.certain is None else sc.certain
+    return c if cause in certain else min(c, sc.ceilings.get(cause, th["infer.unspecific_ceiling"]))
 
 
 def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresholds) -> tuple[float, float]:
@@ -321,7 +326,8 @@ def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresho
 
     identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
     # the map is applied before the ceiling of a cause without specific evidence, so it is fitted on the uncapped values
-    uncapped = (replace(s, decides=frozenset(s.logits)) for s in scored if s.sample.truth)
+    uncapped = (replace(s, decides=frozenset(s.logits), certain=None, ceilings={}) for s in scored
+                if s.sample.truth)
     tops = [a.top for a in (answer(s, temperature, identity) for s in uncapped) if a.top]
     if len(tops) < 10:
         return 1.0, 0.0

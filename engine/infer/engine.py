@@ -24,7 +24,7 @@ from debugtune.engine.infer.causal import (
 from debugtune.engine.infer.explain import explanation
 from debugtune.engine.infer.model import CausalModel, load_model
 from debugtune.engine.infer.report import Candidate, DiagnosisReport
-from debugtune.engine.infer.specific import Specificity, capped, lead_first, specificity, weigh
+from debugtune.engine.infer.specific import Specificity, capped, ceiling_of, lead_first, specificity, weigh
 from debugtune.engine.infer.undetermined import Undetermined, undetermined
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base, run_id_of_graph
@@ -96,6 +96,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
 
     Whether a cause applies is decided on what the run could judge before a breakdown hid it: a NaN leaves later
     symptoms unjudged, but the run was one that could have shown them."""
+    candidates = list(candidates)
     could_judge = set(judged)
     findings, judged = before_breakdown(findings, judged)
     ev = evidence(findings, judged, th["infer.evidence_floor"])
@@ -105,7 +106,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
                           from_run_start)
               for c in candidates
               if c in model.causes and applicable(model, c, could_judge, th["infer.applicable_share"])]
-    spec = {s.cause: specificity(model, s, ev, th) for s in scores}
+    # a rival is any candidate, applicable or not: one whose effects the run cannot show cannot be ruled out either
+    rivals = set(candidates) & set(model.causes)
+    spec = {s.cause: specificity(model, s, ev, th, rivals) for s in scores}
     # a cause whose own evidence decides, and is a fault by definition or came with harm to the outcome, is
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)
@@ -117,12 +120,11 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     # decisions on the posterior, numbers shown through the calibration map ("unknown" keeps its posterior) and
     # no higher than the ceiling for a cause without its specific evidence (engine.infer.specific)
     shown = {c: (p if c == UNKNOWN else capped(calibrated(p, th), spec[c], th)) for c, p in conf.items()}
-    ceiling = th["infer.unspecific_ceiling"]
 
     def hypothesis(s: CauseScore, rank: int) -> Hypothesis:
         c = shown[s.cause]
         return Hypothesis(s.cause, c, tuple(s.chain), tuple(s.findings), explanation(model, s, c, ev), rank=rank,
-                          basis=spec[s.cause].basis(ceiling))
+                          basis=spec[s.cause].basis(ceiling_of(spec[s.cause], th)))
     cands = [Candidate(s.cause, shown[s.cause], s.log_score) for s in order]
     cands.append(Candidate(UNKNOWN, conf[UNKNOWN], unknown_score(ev, th)))
     cands.sort(key=lambda c: -c.confidence)

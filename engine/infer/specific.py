@@ -12,6 +12,12 @@ discounted (its harm may be hidden by clipping or an adaptive optimizer) only wh
 definition (``dt:sufficientAlone``) or an outcome symptom the cause reaches was observed (``dt:isOutcome``: the loss
 stalls, experts starve). Dead ReLUs in a run that learns are sparsity, not a dying-ReLU fault.
 
+A rival that cannot be ruled out: a specific symptom does not decide for a cause when another cause produces it
+too (an authored link straight into it) and none of that rival's own specific evidence could be judged in the run;
+evidence that is a fault by definition (``dt:sufficientAlone``) is exempt. Saturated
+units say "saturating activations" only where the init scale was measured; a Trainer run that records no init
+gain cannot tell the two apart, and its confidence stays under the ceiling with the deciding measurement named.
+
 Upstream explains downstream: a specific symptom does not count for a cause when an observed symptom with a
 path of causal links into it, which the cause itself does not reach, began no later (unnormalised inputs that bias a
 router explain the biased router before a gate-initialisation cause of its own is named).
@@ -38,10 +44,18 @@ class Specificity:
     declared: tuple[str, ...] = ()                   # every specific symptom the knowledge base names for the cause
     harm: tuple[str, ...] = ()                       # observed outcome symptoms the cause reaches
     sufficient: bool = False                         # some present evidence is a fault by definition
+    rivals: tuple[tuple[str, str], ...] = ()         # (specific symptom, a cause producing it that was not ruled out)
+    measurable: bool = True                          # some declared specific evidence was judged in the run
 
     @property
     def decides(self) -> bool:
-        """Whether the cause's own evidence is in the run (observed, unexplained, and nothing against it)."""
+        """Whether the cause's own evidence is in the run (observed, unexplained, and nothing against it): it leads
+        the causes resting on generic symptoms."""
+        return bool(self.present or self.rivals) and not self.against
+
+    @property
+    def certain(self) -> bool:
+        """Whether it decides on evidence no unruled rival shares: only then may it be shown above the ceiling."""
         return bool(self.present) and not self.against
 
     @property
@@ -56,9 +70,16 @@ class Specificity:
             return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}"
+        if self.rivals:
+            why = ", ".join(f"{s} also by {c}" for s, c in self.rivals)
+            return (f"its specific evidence is shared with a cause this run cannot rule out ({why}: none of that "
+                    f"cause's own evidence was measured); shown at most {ceiling:.2f}")
         if self.upstream:
             why = ", ".join(f"{s} by {u}" for s, u in self.upstream)
             return f"its specific evidence is explained upstream ({why}); shown at most {ceiling:.2f}"
+        if self.declared and not self.measurable:
+            return (f"none of its specific evidence could be measured in this run (would decide: "
+                    f"{', '.join(self.declared)}); generic symptoms only, shown at most {ceiling:.2f}")
         if self.declared:
             return (f"no specific evidence (would decide: {', '.join(self.declared)}); generic symptoms only, "
                     f"shown at most {ceiling:.2f}")
@@ -69,18 +90,6 @@ class Specificity:
 def _observed(ev: Mapping[str, SymptomEvidence], symptom: str) -> bool:
     x = ev.get(symptom)
     return x is not None and bool(x.findings) and x.strength > 0
-
-
-def authored_reach(model: CausalModel, cause: str) -> set[str]:
-    """The cause and every symptom its authored links reach (measured calibration links left out: they say how
-    often a symptom showed under the cause on the bench, not that the cause produces it)."""
-    seen, todo = {cause}, [cause]
-    while todo:
-        for link in model.children.get(todo.pop(), ()):
-            if not link.measured and link.target not in seen:
-                seen.add(link.target)
-                todo.append(link.target)
-    return seen
 
 
 def _upstream(model: CausalModel, symptom: str) -> list[str]:
@@ -100,28 +109,50 @@ def _upstream(model: CausalModel, symptom: str) -> list[str]:
     return out
 
 
-def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds) -> Specificity:
+def _unruled_rival(model: CausalModel, cause: str, symptom: str, ev: Mapping[str, SymptomEvidence],
+                   rivals: Set[str]) -> str | None:
+    """Another cause of ``rivals`` (the run's candidates) with an authored link straight into ``symptom``
+    and specific evidence of which none was judged here (a judged symptom is in ``ev``, observed or absent), so
+    the run cannot tell it from ``cause``."""
+    for link in sorted(model.parents.get(symptom, ()), key=lambda k: k.source):
+        other, decl = link.source, model.specific.get(link.source, ())
+        if (other != cause and other in rivals and not link.measured and decl
+                and not any(d in ev for d in decl)):
+            return other
+    return None
+
+
+def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds,
+                candidates: Set[str] = frozenset()) -> Specificity:
     """The specific evidence of ``s.cause`` in this run; an upstream symptom explains one only when the cause
-    does not reach that symptom itself (``authored_reach``)."""
+    does not reach that symptom itself (``CausalModel.reach``); ``candidates``: the run's candidate causes, its
+    possible rivals."""
     declared = model.specific.get(s.cause, ())
-    own = authored_reach(model, s.cause)
+    own = model.reach(s.cause)
     slack = th["infer.precedence_slack"]
     present: list[str] = []
     upstream: list[tuple[str, str]] = []
+    rivals: list[tuple[str, str]] = []
     for sym in declared:
         if not _observed(ev, sym):
             continue
         onset = ev[sym].onset or 0
         by = next((up for up in _upstream(model, sym) if up not in own and _observed(ev, up)
                    and (ev[up].onset or 0) <= onset + slack), None)
-        if by is None:
-            present.append(sym)
-        else:
+        # evidence that is a fault by definition (a weight scale beyond every standard init) is nobody else's
+        rival = (_unruled_rival(model, s.cause, sym, ev, candidates)
+                 if by is None and sym not in model.sufficient.get(s.cause, ()) else None)
+        if by is not None:
             upstream.append((sym, by))
+        elif rival is not None:
+            rivals.append((sym, rival))
+        else:
+            present.append(sym)
     against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym))
     harm = tuple(sorted(sym for sym in own & model.outcomes if _observed(ev, sym)))
     sufficient = any(sym in model.sufficient.get(s.cause, ()) for sym in present)
-    return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient)
+    return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient, tuple(rivals),
+                       not declared or any(d in ev for d in declared))
 
 
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],
@@ -144,5 +175,14 @@ def lead_first(causes: Sequence[str], confidence: Mapping[str, float], decides: 
 
 
 def capped(confidence: float, x: Specificity, th: Thresholds) -> float:
-    """The confidence shown: no higher than the ceiling unless the cause's own evidence decides."""
-    return confidence if x.decides else min(confidence, th["infer.unspecific_ceiling"])
+    """The confidence shown: no higher than the ceiling unless the cause's own evidence decides and no unruled
+    rival shares it; no higher than the lower ceiling when none of its specific evidence could be measured."""
+    return confidence if x.certain else min(confidence, ceiling_of(x, th))
+
+
+def ceiling_of(x: Specificity, th: Thresholds) -> float:
+    """The ceiling of a cause its own evidence does not decide (``infer.unspecific_ceiling``, or
+    ``infer.unmeasured_ceiling`` when the run could judge none of that evidence)."""
+    if x.decides or x.measurable:
+        return th["infer.unspecific_ceiling"]
+    return min(th["infer.unspecific_ceiling"], th["infer.unmeasured_ceiling"])

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from bench.healthy import HEALTHY
+from bench.healthy.base import Check, verdict
 from debugtune.engine.telemetry import read_telemetry
 from debugtune.engine.telemetry.aliases import canonical
-from debugtune.scenarios.healthy import HEALTHY
-from debugtune.scenarios.healthy.base import Check, verdict
 
 torch.set_num_threads(1)
 
@@ -62,7 +62,7 @@ def test_registry_covers_the_families_the_matrix_needs():
 def test_bad_input_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="steps must be >= 1"):
         HEALTHY["vae_digits"].train(0, None, False, None, 0)
-    from debugtune.scenarios.healthy import adversarial
+    from bench.healthy import adversarial
 
     with pytest.raises(ValueError, match="probed must be one of"):
         adversarial.train(0, None, False, None, 5, probed="critic")

@@ -4,6 +4,8 @@ engine's answers on constructed finding sets."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from debugtune.engine.diagnose import DETECTORS
 from debugtune.engine.infer.causal import UNKNOWN
 from tests.diagnose_helpers import knowledge_store
@@ -60,9 +62,11 @@ def test_specific_evidence_leads_over_a_generic_chain(model, th):
 
 
 def test_generic_symptoms_alone_stay_under_the_ceiling_and_say_what_would_decide(model, th):
+    """None of the learning rate's specific evidence was seen (the update ratio was judged and normal): its generic
+    chain is shown at no more than the lower ceiling, which speaks against it."""
     r = top(model, th, _generic_lr_findings(), DENSE)
     assert r.hypotheses, "the generic chain is still reported"
-    ceiling = th["infer.unspecific_ceiling"]
+    ceiling = min(th["infer.unspecific_ceiling"], th["infer.unmeasured_ceiling"])
     for h in r.hypotheses:
         assert h.confidence <= ceiling + 1e-9
         assert h.basis and f"{ceiling:.2f}" in h.basis
@@ -150,3 +154,20 @@ def test_generic_answers_of_a_run_that_measured_nothing_specific_stay_low(model,
             assert "could be measured" in h.basis
     probed = top(model, th, _generic_lr_findings(), DENSE)
     assert probed.specificity["LearningRateTooHigh"].measurable  # a probed run judges the update ratio
+
+
+def test_an_answer_in_a_run_unlike_its_calibrated_runs_is_not_shown_as_certain(model, th):
+    """Specific evidence decides, but where no calibration profile of the cause judged what this run judged (a loop
+    that logs what no calibrated program logged) the confidence is the links' estimate, not a measured rate: it is
+    held under the ceiling and the basis gives the overlap."""
+    findings = [*_generic_lr_findings(), f("StaleGradients", onset=1, dimension="gradient", grad_cos_prev=0.99)]
+    profile = {sym: 0.9 for sym in ("StaleGradients", "AnotherSymptomNobodyJudged", "AndAThird", "AndAFourth",
+                                     "AndAFifth", "AndASixth", "AndASeventh", "AndAnEighth", "AndANinth")}
+    odd = dataclasses.replace(model, profiles={**model.profiles, "MissingZeroGrad": [profile]})
+    r = top(odd, th, findings, DENSE)
+    x = r.specificity["MissingZeroGrad"]
+    assert x.decides and not x.familiar and not x.certain
+    lead = r.hypotheses[0]
+    assert lead.cause == "MissingZeroGrad" and lead.confidence <= th["infer.unspecific_ceiling"] + 1e-9
+    assert "no calibrated run" in lead.basis
+    assert top(model, th, findings, DENSE).specificity["MissingZeroGrad"].certain

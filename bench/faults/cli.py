@@ -87,12 +87,13 @@ def _sample_worker(args: tuple[str, dict[str, Any]]) -> Sample | None:
 
 def second_harness(root: Path, jobs: int) -> list[Sample]:
     """The manifested runs of a second harness's output folder (``labels/*.json``, ``runs/<id>``, ``results.json``:
-    bench/harness2), diagnosed once."""
+    bench/harness2), diagnosed once. Only the runs its last ``results.json`` judged count: labels of cells the
+    catalogue no longer holds stay on disk but are not this harness's runs."""
     verdicts = manifested(root)
     work = []
     for path in sorted((root / "labels").glob("*.json")):
         lab = json.loads(path.read_text())
-        if lab.get("manifested") is False or verdicts.get(lab["run_id"]) is False:
+        if lab.get("manifested") is False or verdicts.get(lab["run_id"]) is not True:
             continue
         work.append((str(root / "runs" / lab["run_id"]), lab))
     if jobs > 1 and len(work) > 1:

@@ -71,8 +71,8 @@ _FAULTS: dict[str, list[tuple[str, str, dict[str, Any], str]]] = {
         ("MissingZeroGrad", "never", {"zero_grad_every": 0}, "loss"),
         ("BadWeightInit", "x8", {"gain": 8.0}, "loss"),
         ("BadWeightInit", "x25", {"gain": 25.0}, "loss"),
-        ("SaturatingActivations", "sigmoid-x4", {"act": "sigmoid", "gain": 4.0}, "loss"),
-        ("SaturatingActivations", "tanh-x6", {"act": "tanh", "gain": 6.0}, "loss"),
+        ("SaturatingActivations", "sigmoid", {"act": "sigmoid"}, "loss"),
+        ("SaturatingActivations", "sigmoid-x4", {"act": "sigmoid", "gain": 4.0}, "loss"),  # Glorot's sigmoid init
         ("FrozenParameters", "body", {"frozen_body": True}, "loss"),
         ("LearningRateTooHigh", "lr-1.0", {"lr": 1.0}, "loss"),
         ("LearningRateTooLow", "lr-5e-5", {"lr": 5e-5}, "loss"),

@@ -6,14 +6,14 @@ figures (what the fault benchmark's manifestation criteria read), never anything
 
 Kinds: ``harness`` (single-process programs of a family in `debugtune.scenarios.families`, trained by the
 shared loop `debugtune.scenarios.harness`), ``ddp`` (gloo data parallel, `debugtune.scenarios.distributed`)
-and ``healthy`` (healthy-only families of `debugtune.scenarios.healthy`, registered when that package is
-installed: they take no overrides but ``steps``).
+and ``healthy`` (healthy-only families that only the fault benchmark trains: `bench/healthy` registers them with
+``register_healthy`` when imported; they take no overrides but ``steps``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -106,17 +106,11 @@ PROGRAMS: dict[str, Program] = {p.name: p for p in (
 )}
 
 
-def _register_healthy() -> None:
-    """The healthy-only families (`debugtune.scenarios.healthy`, another part of the project), when present."""
-    try:
-        from debugtune.scenarios.healthy import HEALTHY
-    except ImportError:
-        return
-    for hp in HEALTHY.values():
+def register_healthy(programs: Iterable[Any]) -> None:
+    """Add healthy-only programs (objects with ``name``, ``family``, ``description`` and a ``train``: the bench's
+    `bench/healthy`) to ``PROGRAMS``; a name already registered keeps its program."""
+    for hp in programs:
         PROGRAMS.setdefault(hp.name, Program(hp.name, hp.family, "healthy", None, hp.description, hp))
-
-
-_register_healthy()
 
 
 @dataclass(frozen=True)

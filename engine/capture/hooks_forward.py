@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.capture.hooks_activations import activation_modules
 from debugtune.engine.capture.label_agreement import KEYS as LABEL_KEYS
 from debugtune.engine.capture.label_agreement import MIN_ROWS_KEY, SHARE_KEY, LabelAgreement
 from debugtune.engine.capture.loss_identity import KEYS as IDENTITY_KEYS
@@ -231,7 +232,9 @@ class ForwardEvidence:
                        for name, m in layers}
         self._layer_modules = layers
         self._order_modules = order
+        self._bounded_modules = activation_modules(model, bounded_only=True)
         self.order: list[str] = []
+        self.sequence: list[tuple[bool, str]] = []   # (is a weight layer, name) in first-call order
         self._order_handles: list[Any] = []
         self.input = Moments()
         self.input_ratio: float | None = None
@@ -248,6 +251,10 @@ class ForwardEvidence:
             handles.append(module.register_forward_hook(partial(self._on_layer, self.layers[name])))
         for name, module in self._order_modules:
             h = module.register_forward_pre_hook(partial(self._on_order, name))
+            handles.append(h)
+            self._order_handles.append(h)
+        for name, module in self._bounded_modules:
+            h = module.register_forward_pre_hook(partial(self._on_bounded, name))
             handles.append(h)
             self._order_handles.append(h)
 
@@ -268,6 +275,17 @@ class ForwardEvidence:
     def _on_order(self, name: str, module: Any, args: Any) -> None:
         if name not in self.order:
             self.order.append(name)
+            self.sequence.append((True, name))
+
+    def _on_bounded(self, name: str, module: Any, args: Any) -> None:
+        if (False, name) not in self.sequence:
+            self.sequence.append((False, name))
+
+    def hidden_bounded(self) -> list[str]:
+        """Bounded activations (sigmoid, tanh …) that a weight layer follows in the forward pass: hidden units, not
+        the model's squashed output."""
+        last = max((i for i, (layer, _) in enumerate(self.sequence) if layer), default=-1)
+        return [name for i, (layer, name) in enumerate(self.sequence) if not layer and i < last]
 
     def _on_input(self, module: Any, args: Any, kwargs: Any) -> None:
         try:
@@ -404,4 +422,4 @@ class ForwardEvidence:
 
     def report(self) -> dict[str, Any]:
         return {"input": dict(self.input_kind), "forward_order": list(self.order),
-                "weight_layers": len(self.layers)}
+                "weight_layers": len(self.layers), "hidden_bounded": self.hidden_bounded()}

@@ -5,12 +5,14 @@ What it records (long-form telemetry, see docs/probe.md):
 - gradient flow per layer, per MoE expert and for the whole model ("" entity), on every recorded step:
   ``grad_norm``, ``grad_absmax``, ``grad_zero_frac``, ``grad_tiny_frac``, ``grad_nan``, ``grad_inf``;
   ``router_grad_norm`` of watched routers; ``act_zero_frac`` / ``act_sat_frac`` per bounded activation module
-  (Sigmoid, Tanh, …: saturation is their failure) by default, per activation module with ``activations=True``;
+  (Sigmoid, Tanh, …: saturation is their failure) by default, per activation module with ``activations=True``,
+  and a bounded one's mean slope ``act_slope`` on detail steps;
 - on detail steps only (every ``detail_every``-th recorded step: the knowledge base's cadence
   ``probe.detail_every``, after Cockpit's cheap-every-step / expensive-on-a-schedule split): the global
   log2 magnitude histogram ``grad_log2_hist:<bin>`` and per layer ``weight_norm``, ``update_norm`` and
   ``update_ratio`` (these need a parameter snapshot and a second pass);
-- convergence: whatever ``probe.log`` is given (loss, lr, ...), ``expert_tokens`` of watched routers,
+- convergence: whatever ``probe.log`` is given (loss, lr, ...); ``lr`` from the optimizer's parameter groups
+  when the loop logs none; ``expert_tokens`` of watched routers,
   live alarms ``<series>_alarm_<kind>`` of the streaming detectors on loss and gradient norm;
 - communication: ``step_time_ms``, and with torch.distributed initialised ``collective_ms``,
   ``collective_bytes``, ``collective_count`` per kind, ``comm_ms``, ``alltoall_bytes``;
@@ -120,6 +122,7 @@ class Probe:
         self._model = model
         self.layout = ParamLayout(model, optimizer)
         self._completed = 0  # optimizer steps done
+        self._logs_lr = False  # the loop logs its own learning rate (the probe then records none)
         self._step = 0  # the step (iteration) in progress
         self._pending: dict[int, Any] = {}  # position → gradient tensor of this step
         self._snapshots = Snapshots()
@@ -234,6 +237,7 @@ class Probe:
             for key, raw in metrics.items():
                 value = float(raw.item() if hasattr(raw, "item") else raw)
                 metric = self._log_names.get(key) or self._log_name(key)
+                self._logs_lr = self._logs_lr or metric == "lr"
                 if metric == "grad_norm":
                     metric = "grad_norm_logged" if self._recording(at) else "grad_norm"
                 dim = dimension_of(metric) or "convergence"
@@ -362,6 +366,7 @@ class Probe:
             self._evidence.before_step(self._step, self._recording(self._step), self._detail(self._step))
             if not self._recording(self._step):
                 return
+            self._write_lr(optimizer)
             if self.updates and self._detail(self._step):  # before the background pass: no competing for memory
                 self._snapshots.take(self.layout, self._step)
             self._start_grads()  # runs alongside optimizer.step(), which only reads the gradients
@@ -394,6 +399,8 @@ class Probe:
             values, _ = start_stats([output], eps, large, background=False).finish()
             row = values[0]
             stats.add(row[_COL["zeros"]], row[_COL["tiny"]], row[_COL["large"]], row[_COL["numel"]])
+            if self._detail(self._step):
+                stats.add_slope(output)
         except Exception as exc:  # noqa: BLE001
             self.errors.add("activation_hook", exc)
 
@@ -428,6 +435,15 @@ class Probe:
             except Exception as exc:  # noqa: BLE001
                 self.errors.add("update_norms", exc)
 
+    def _write_lr(self, optimizer: Any) -> None:
+        """The learning rate the step is about to use (the largest of the parameter groups'), unless the loop logs
+        its own: detectors read schedules and values from it whether or not the loop logs it."""
+        if self._logs_lr:
+            return
+        rates = [float(g["lr"]) for g in getattr(optimizer, "param_groups", ()) if isinstance(g.get("lr"), int | float)]
+        if rates:
+            self.writer.add(self._step, "convergence", "lr", "", max(rates))
+
     def _write_step_extras(self, step: int) -> None:
         """Activation fractions, router tokens and collective timings gathered during ``step``."""
         w = self.writer
@@ -437,6 +453,9 @@ class Probe:
                 w.add(step, "gradient", "act_zero_frac", a.name, fracs[0])
                 if fracs[1] is not None:
                     w.add(step, "gradient", "act_sat_frac", a.name, fracs[1])
+            slope = a.take_slope()
+            if slope is not None:
+                w.add(step, "gradient", "act_slope", a.name, slope)
         for r in self._routers:
             counts = r.take()
             if counts is not None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from debugtune.engine.diagnose.base import Context, lr_schedule, make_finding, severity
 from debugtune.engine.diagnose.objective import not_supervised
-from debugtune.engine.diagnose.registry import Emit, NotJudged
+from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import (
     MAD_TO_SIGMA,
     centred_median,
@@ -224,6 +224,24 @@ def plateau(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     sev = float(np.clip(1.0 - improvement / max(th["convergence.plateau.min_improvement"], 1e-9) * 0.5, 0.5, 1.0))
     out.add(make_finding("LossPlateau", DIM, "", curve.steps, onset, curve.n - 1, sev, evidence,
                          "convergence.plateau", max(onset, curve.judge_from, w)), (curve.steps, trend))
+
+
+def lr_tiny(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    """The learning rate, logged or read from the optimizer, never reaches ``convergence.lr.min_peak``: below the
+    smallest peak rate of the common recipes for training from scratch and supervised fine-tuning. A fact about
+    the set-up; with a loss that does not fall it says the steps are too small to learn."""
+    th = ctx.th
+    steps, lr = ctx.view.series("lr")
+    need_steps(ctx, steps, "lr")
+    finite = lr[np.isfinite(lr)]
+    if finite.size == 0:
+        raise NotJudged("no finite learning rate recorded")
+    peak, limit = float(finite.max()), th["convergence.lr.min_peak"]
+    if peak >= limit or peak <= 0:
+        return
+    out.add(make_finding("LearningRateTiny", DIM, "", steps, 0, steps.size - 1,
+                         severity(limit / peak, 1.0, 1e3), {"lr_peak": peak, "threshold": limit},
+                         "convergence.lr_tiny", 0), (steps, np.log10(np.maximum(ffill(lr), 1e-30))))
 
 
 def _fano_bound(acc: np.ndarray, classes: float) -> np.ndarray:

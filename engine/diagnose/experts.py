@@ -204,7 +204,12 @@ def dropping(ctx: Context, data: ExpertData, out: Emit) -> None:
 def balance_loss(ctx: Context, data: object, out: Emit) -> None:
     """The load-balancing loss term (``aux_loss``, as added to the loss) a negligible share of the training loss,
     or negligible in itself (the balance loss is about 1 or more, so the term bounds the coefficient): the router
-    gets no balancing gradient (coefficient 0, or far below the usual 1e-3 to 1e-2)."""
+    gets no balancing gradient (coefficient 0, or far below the usual 1e-3 to 1e-2).
+
+    A logged ``aux_loss`` larger than the whole logged loss cannot be a term of it: it is the raw balance loss
+    (HF Mixtral's ``aux_loss`` beside a ``loss`` that holds ``coef * aux_loss``), and the loss bounds the
+    coefficient from above (``coef <= loss / aux_loss``, the task loss being non-negative). A bound below the
+    coefficient the balancing papers found sufficient (``moe.balance_loss.min_coeff``) is then the evidence."""
     th, view = ctx.th, ctx.view
     steps, aux = view.series("aux_loss")
     need_steps(ctx, steps, "aux_loss")
@@ -212,9 +217,12 @@ def balance_loss(ctx: Context, data: object, out: Emit) -> None:
     term = np.abs(ffill(aux))
     with np.errstate(divide="ignore", invalid="ignore"):
         share = term / np.abs(np.interp(steps, ls, ffill(loss)))
+    persist = ctx.persist("moe.persist_steps", steps)
+    if np.nanmedian(share) > 1.0:
+        _coefficient_bound(ctx, steps, 1.0 / share, persist, out)
+        return
     limit, least = th["moe.balance_loss.max_share"], th["moe.balance_loss.max_term"]
     mask = (np.nan_to_num(share, nan=np.inf) < limit) | (np.nan_to_num(term, nan=np.inf) < least)
-    persist = ctx.persist("moe.persist_steps", steps)
     start = first_run(mask, persist)
     if start is None or mask[start:].mean() < th["moe.persist_frac"]:
         return
@@ -224,3 +232,21 @@ def balance_loss(ctx: Context, data: object, out: Emit) -> None:
         max(severity(limit / max(level, limit * 1e-3), 1.0, 1e3), severity(least / max(size, least * 1e-3), 1.0, 1e3)),
         {"aux_share_of_loss": level, "aux_loss": size, "threshold": limit, "threshold_term": least},
         "moe.balance_loss", start + persist - 1), (steps, share))
+
+
+def _coefficient_bound(ctx: Context, steps: np.ndarray, bound: np.ndarray, persist: int, out: Emit) -> None:
+    """``bound``: loss / raw balance loss per step, an upper bound of the balancing coefficient; the finding where it
+    stays below ``moe.balance_loss.min_coeff`` (the bound is tightest once the task loss has fallen: its median
+    over the steps from the onset is the evidence)."""
+    th = ctx.th
+    least = th["moe.balance_loss.min_coeff"]
+    mask = np.nan_to_num(bound, nan=np.inf) < least
+    start = first_run(mask, persist)
+    if start is None or mask[start:].mean() < th["moe.persist_frac"]:
+        return
+    level = float(np.nanmedian(bound[start:]))
+    out.add(make_finding(
+        "BalanceLossNegligible", DIM, "", steps, start, steps.size - 1,
+        severity(least / max(level, least * 1e-3), 1.0, 1e3),
+        {"aux_coeff_bound": level, "threshold_coeff": least, "aux_logged": "raw balance loss"},
+        "moe.balance_loss", start + persist - 1), (steps, bound))

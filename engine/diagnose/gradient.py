@@ -475,6 +475,79 @@ def saturation(ctx: Context, data: GradientData, out: Emit) -> None:
         (grid.steps, ffill(grid.values[i])))
 
 
+def activation_slope(ctx: Context, data: GradientData, out: Emit) -> None:
+    """Hidden bounded activations (sigmoid, tanh …, those a weight layer follows) whose mean slope at the inputs they
+    receive stays at or below ``gradient.activation_slope.max``: each passes on at most that share of the signal,
+    forward and backward. A sigmoid's steepest slope is 1/4 (LeCun et al. 1998), so any hidden sigmoid does; a tanh
+    does once driven into its tails. Judged where the probe listed the hidden bounded activations (``run.json``:
+    ``probe.hidden_bounded``); a model with none is judged and shows none."""
+    th = ctx.th
+    probe = ctx.view.meta.get("probe") or {}
+    hidden = probe.get("hidden_bounded")
+    if not isinstance(hidden, list):
+        raise NotJudged("run.json does not list the model's hidden bounded activations (probe.hidden_bounded)")
+    if not hidden:
+        return
+    grid = ctx.view.by_entity("act_slope")
+    need_steps(ctx, grid.steps, "act_slope")
+    limit = th["gradient.activation_slope.max"]
+    persist, need = ctx.persist("gradient.persist_steps", grid.steps), th["gradient.persist_frac"]
+    names = [str(x) for x in grid.labels]
+    rows = []
+    for name in layer_order(ctx.view, [n for n in names if n in hidden]):
+        v = ffill(grid.values[names.index(name)])
+        mask = v <= limit
+        start = first_run(mask, persist)
+        if start is not None and mask[start:].mean() >= need:
+            rows.append((name, start, float(np.median(v[start:]))))
+    if not rows or len(rows) * 2 < len(hidden):
+        return
+    name, start, level = min(rows, key=lambda r: r[1])
+    out.add(make_finding(
+        "BoundedActivationsAttenuate", DIM, name, grid.steps, start, grid.steps.size - 1,
+        severity(limit / max(level, 1e-9), 1.0, 1.0 / max(limit, 1e-9) ** 2),
+        {"act_slope": level, "threshold": limit, "modules_affected": len(rows), "hidden_bounded": len(hidden)},
+        "gradient.activation_slope", start + persist - 1), (grid.steps, ffill(grid.values[names.index(name)])))
+
+
+def gradient_noise(ctx: Context, data: GradientData, out: Emit) -> None:
+    """Consecutive minibatch gradients of the whole model (``grad_cos_prev``, entity "") in unrelated directions
+    while the model has not yet learnt: from ``gradient.judge_after_frac`` of the run, on the steps before the loss
+    made half of its progress from its first to its last stretch (all of them when it made less than
+    ``convergence.plateau.min_improvement``: a plateau). Their cosine
+    estimates |G|² / (|G|² + tr(Σ)/B), the share of the gradient's energy the batches agree on (McCandlish et al.
+    2018's noise scale), so a mean within ±``gradient.noise.max_cos`` says the batch is ten times smaller than the
+    noise scale: the targets give the model no consistent direction. A converged model's gradient is noise too,
+    which is why the steps after the loss's progress are not read. The mean, not the median: step by step the
+    cosine of noisy batches swings between about -0.8 and 0.8, and its expectation is the estimate. A mean near -1
+    (steps bouncing across a valley) or near 1 (gradients never cleared, steps too small to move) is not noise."""
+    th = ctx.th
+    steps, cos = ctx.view.series("grad_cos_prev")
+    need_steps(ctx, steps, "grad_cos_prev")
+    ls, loss = ctx.view.series("loss")
+    n = steps.size
+    judged = np.arange(n) >= int(n * th["gradient.judge_after_frac"])
+    if ls.size >= 3:
+        w = max(3, int(ls.size * th["convergence.window_frac"]))
+        trend = centred_median(ffill(loss), w)
+        first, last = float(np.median(trend[:w])), float(np.median(trend[-w:]))
+        progress = first - last
+        if np.isfinite(progress) and progress > th["convergence.plateau.min_improvement"] * abs(first):
+            judged &= np.interp(steps, ls, trend) >= last + 0.5 * (first - last)
+    window = cos[judged & np.isfinite(cos)]
+    if window.size < ctx.persist("gradient.persist_steps", steps):
+        raise NotJudged(f"{window.size} finite grad_cos_prev values before the loss made half of its progress")
+    level, limit = float(np.mean(window)), th["gradient.noise.max_cos"]
+    if abs(level) > limit:
+        return
+    lo = int(np.argmax(judged))
+    out.add(make_finding(
+        "GradientNoiseDominated", DIM, "", steps, lo, n - 1,
+        severity(limit / max(abs(level), limit * 1e-2), 1.0, 10.0),
+        {"grad_cos_mean": level, "threshold": limit, "steps_judged": int(window.size)},
+        "gradient.noise", int(np.flatnonzero(judged)[-1])), (steps, ffill(cos)))
+
+
 def zero_update(ctx: Context, data: GradientData, out: Emit) -> None:
     """Layers whose weights never change while others do: frozen, or missing from the optimizer.
 
@@ -547,14 +620,48 @@ def _update_band(ctx: Context) -> UpdateBand | None:
 
 
 def update_ratio_high(ctx: Context, data: GradientData, out: Emit) -> None:
-    """The median per-layer update/weight ratio above the band for a sustained episode."""
+    """The median per-layer update/weight ratio above the band for a sustained episode, or an early burst that broke
+    the run: steps of ``gradient.update_ratio.burst`` (ten times the usual 1e-3) in the first
+    ``convergence.spike.early_steps`` under which the loss rose above its first value by
+    ``convergence.spike.min_jump`` of it, after which the loss never got below its first value by
+    ``convergence.plateau.min_improvement``. Such steps can be short-lived because they end what they act on
+    (rectifier units knocked dead, bounded units pushed into their tails), so the sustained band never sees them; a
+    run that recovers from an early overshoot and learns (a wide ReLU layer's first steps) is not judged by it."""
     band = data.update_band
-    if band is None or band.high_start is None:
+    if band is None:
         return
     hi = ctx.th["gradient.update_ratio.high"]
-    mask = band.median > hi
-    _emit_band(ctx, out, "UpdateRatioTooHigh", band, band.median, mask, band.high_start,
-               lambda level: severity(level, hi, hi * 100))
+    if band.high_start is not None:
+        _emit_band(ctx, out, "UpdateRatioTooHigh", band, band.median, band.median > hi, band.high_start,
+                   lambda level: severity(level, hi, hi * 100))
+        return
+    burst = _early_burst(ctx, band)
+    if burst is not None:
+        low = ctx.th["gradient.update_ratio.burst"]
+        _emit_band(ctx, out, "UpdateRatioTooHigh", band, band.median, burst, int(np.argmax(burst)),
+                   lambda level: severity(level, low, hi * 100))
+
+
+def _early_burst(ctx: Context, band: UpdateBand) -> np.ndarray | None:
+    """The mask of the early update-ratio samples above ``gradient.update_ratio.burst`` up to the loss's early
+    peak, when the loss rose there above its first value by ``convergence.spike.min_jump`` of it and its last
+    stretch (``convergence.window_frac`` of the run) stayed within ``convergence.plateau.min_improvement`` of that
+    first value or above it; else None."""
+    th = ctx.th
+    ls, loss = ctx.view.series("loss")
+    if ls.size < 2 or not np.isfinite(loss[0]) or loss[0] <= 0:
+        return None
+    early = ls < ls[0] + th["convergence.spike.early_steps"]
+    window = np.where(early & np.isfinite(loss), loss, -np.inf)
+    peak = int(np.argmax(window))
+    if window[peak] < loss[0] * (1.0 + th["convergence.spike.min_jump"]):
+        return None
+    tail = loss[-max(3, int(ls.size * th["convergence.window_frac"])):]
+    tail = tail[np.isfinite(tail)]
+    if tail.size and np.median(tail) < loss[0] * (1.0 - th["convergence.plateau.min_improvement"]):
+        return None  # the run recovered and learnt: an overshoot, not steps that broke it
+    mask = (band.median > th["gradient.update_ratio.burst"]) & (band.steps <= ls[peak])
+    return mask if mask.any() else None
 
 
 def update_ratio_low(ctx: Context, data: GradientData, out: Emit) -> None:

@@ -183,7 +183,7 @@ def score_cause(model: CausalModel, cause: str, ev: Mapping[str, SymptomEvidence
     # mid-run; a residual network that absorbs unnormalised inputs shows the input scale and nothing downstream)
     judged = set(ev)
     every = list(model.profiles.get(cause, ()))
-    profiles = [prof for prof in every if _overlap(set(prof), judged) >= th["infer.profile_match"]] or every
+    profiles = [prof for prof in every if overlap(set(prof), judged) >= th["infer.profile_match"]] or every
     variants = [{**base, **{k: v for k, v in prof.items() if (cause, k) not in cut}} for prof in profiles] + [base]
     logs = [sum(_term(x.strength, 1.0 - (1.0 - leak(th, sym)) * (1.0 - act.get(sym, 0.0)),
                       w if sym in own else generic_w) for sym, x in ev.items()) for act in variants]
@@ -224,7 +224,7 @@ def _since_event(symptoms: list[str], ev: Mapping[str, SymptomEvidence], slack: 
     return late if late else symptoms
 
 
-def _overlap(a: set[str], b: set[str]) -> float:
+def overlap(a: set[str], b: set[str]) -> float:
     """Jaccard overlap of two symptom sets (which symptoms a profile's runs and this run could judge)."""
     return len(a & b) / max(len(a | b), 1)
 

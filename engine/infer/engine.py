@@ -74,15 +74,19 @@ def _forget_inferred(store: Store, run_id: str) -> None:
         WHERE {{ GRAPH {iri(GRAPH_INFERRED)} {{ ?s ?p ?o FILTER(STRSTARTS(STR(?s), {base})) }} }}""")
 
 
-def applicable(model: CausalModel, cause: str, judged: set[str], share: float) -> bool:
+def applicable(model: CausalModel, cause: str, judged: set[str], share: float,
+               seen: frozenset[str] = frozenset()) -> bool:
     """Whether the run could show what ``cause`` produces: its judged direct effects carry at least ``share`` of
     its direct link strength. A mixture-of-experts cause cannot be told apart in a dense model whose telemetry
     has no experts, nor a straggler in a single-process run: nothing argues for it, and nothing could argue
     against it. ``dt:appliesWhenJudged`` says so where a cause's effects are all generic. Links that calibration
     measured on other kinds of model (``dt:measured``) do not count, nor effects the run could not judge because
-    they need a quantity many set-ups do not log (``model.optional``, e.g. the balancing-loss term)."""
+    they need a quantity many set-ups do not log (``model.optional``, e.g. the balancing-loss term). A cause some of
+    whose specific evidence (``dt:SpecificEvidence``) was observed (``seen``) applies: the run can tell it."""
     if not model.needs_judged.get(cause, frozenset()) <= judged:
         return False
+    if any(sym in seen for sym in model.specific.get(cause, ())):
+        return True  # what speaks for this cause in particular was observed: the run can tell it
     links = [link for link in model.children.get(cause, ()) if not link.measured
              and (link.target in judged or link.target not in model.optional)]
     total = sum(link.strength for link in links)
@@ -105,7 +109,8 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     scores = [score_cause(model, c, ev, edges, th, pri.get(c, min(pri.values(), default=1e-6)), steps,
                           from_run_start)
               for c in candidates
-              if c in model.causes and applicable(model, c, could_judge, th["infer.applicable_share"])]
+              if c in model.causes and applicable(model, c, could_judge, th["infer.applicable_share"],
+                                                  frozenset(f.symptom for f in findings))]
     # a rival is any candidate, applicable or not: one whose effects the run cannot show cannot be ruled out either
     rivals = set(candidates) & set(model.causes)
     spec = {s.cause: specificity(model, s, ev, th, rivals) for s in scores}

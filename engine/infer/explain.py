@@ -172,13 +172,25 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "ActivationSaturation": lambda f: (f"{_g(f.evidence, 'act_sat_frac', _g(f.evidence, 'act_in_sat_frac')):.0%} of "
                                        f"{f.entity}'s {'inputs' if 'act_in_sat_frac' in f.evidence else 'activations'}"
                                        f" were saturated from step {f.onset_step}"),
+    "BoundedActivationsAttenuate": lambda f: (f"{int(_g(f.evidence, 'modules_affected'))} of "
+                                              f"{int(_g(f.evidence, 'hidden_bounded'))} hidden bounded activations "
+                                              f"(first {f.entity}) passed on a mean slope of "
+                                              f"{_g(f.evidence, 'act_slope'):.2f} from step {f.onset_step}"),
+    "GradientNoiseDominated": lambda f: (f"consecutive gradients pointed in unrelated directions (mean cosine "
+                                         f"{_g(f.evidence, 'grad_cos_mean'):+.2f}) before the loss had made half of "
+                                         f"its progress"),
+    "LearningRateTiny": lambda f: f"the learning rate never exceeded {_g(f.evidence, 'lr_peak'):.1e}",
     "ZeroUpdate": lambda f: (f"{int(_g(f.evidence, 'layers_frozen'))} of {int(_g(f.evidence, 'layers_total'))} layers "
                              f"(first {f.entity}) never changed"
                              + ("" if f.evidence.get("has_gradient", True) else ", and received no gradient")),
     "Overfitting": lambda f: (f"validation loss rose {_g(f.evidence, 'relative_rise'):.0%} above its minimum "
                               f"{_g(f.evidence, 'eval_loss_min'):.3g} from step {f.onset_step} while the training loss "
                               f"kept falling"),
-    "BalanceLossNegligible": lambda f: (f"the load-balancing loss was {_g(f.evidence, 'aux_loss'):.1e}, "
+    "BalanceLossNegligible": lambda f: (f"the logged loss bounds the balancing coefficient to "
+                                        f"{_g(f.evidence, 'aux_coeff_bound'):.1e} or less from step {f.onset_step} "
+                                        f"(the logged aux_loss is the raw balance loss)"
+                                        if "aux_coeff_bound" in f.evidence else
+                                        f"the load-balancing loss was {_g(f.evidence, 'aux_loss'):.1e}, "
                                         f"{_g(f.evidence, 'aux_share_of_loss'):.1e} of the training loss, from step "
                                         f"{f.onset_step} (no balancing pressure)"),
     "DeadExperts": lambda f: (f"{int(_g(f.evidence, 'dead_experts'))} of {int(_g(f.evidence, 'experts'))} experts got "

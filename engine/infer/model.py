@@ -57,20 +57,25 @@ class CausalModel:
         for link in self.links:
             self.children[link.source].append(link)
             self.parents[link.target].append(link)
-        self._reach: dict[str, frozenset[str]] = {}
+        self._reach: dict[tuple[str, frozenset[str]], frozenset[str]] = {}
 
-    def reach(self, cause: str) -> frozenset[str]:
-        """The cause and every symptom its authored links reach. Measured calibration links are left out: they
-        say how often a symptom showed under the cause on the bench, not that the cause produces it."""
-        if cause not in self._reach:
+    def reach(self, cause: str, blocked: frozenset[str] = frozenset()) -> frozenset[str]:
+        """The cause and every symptom its authored links reach, not through a symptom of ``blocked`` (judged and
+        not seen: a chain runs through what happened). Measured calibration links are left out: they say how often
+        a symptom showed under the cause on the bench, not that the cause produces it."""
+        key = (cause, blocked)
+        if key not in self._reach:
             seen, todo = {cause}, [cause]
             while todo:
-                for link in self.children.get(todo.pop(), ()):
+                node = todo.pop()
+                if node in blocked:
+                    continue
+                for link in self.children.get(node, ()):
                     if not link.measured and link.target not in seen:
                         seen.add(link.target)
                         todo.append(link.target)
-            self._reach[cause] = frozenset(seen)
-        return self._reach[cause]
+            self._reach[key] = frozenset(seen)
+        return self._reach[key]
 
     def label(self, name: str) -> str:
         return self.labels.get(name) or self.causes.get(name) or name

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from debugtune.engine.diagnose.thresholds import Thresholds
-from debugtune.engine.infer.causal import CauseScore, SymptomEvidence
+from debugtune.engine.infer.causal import CauseScore, SymptomEvidence, overlap
 from debugtune.engine.infer.model import CausalModel
 
 
@@ -46,6 +46,8 @@ class Specificity:
     sufficient: bool = False                         # some present evidence is a fault by definition
     rivals: tuple[tuple[str, str], ...] = ()         # (specific symptom, a cause producing it that was not ruled out)
     measurable: bool = True                          # some declared specific evidence was judged in the run
+    familiarity: float | None = None                 # best overlap of a calibration profile's judged symptoms
+    familiar: bool = True                            # ... reaches infer.familiar_overlap (or the cause has none)
 
     @property
     def decides(self) -> bool:
@@ -55,8 +57,9 @@ class Specificity:
 
     @property
     def certain(self) -> bool:
-        """Whether it decides on evidence no unruled rival shares: only then may it be shown above the ceiling."""
-        return bool(self.present) and not self.against
+        """Whether it decides on evidence no unruled rival shares, in a run like those its calibration measured: only
+        then may it be shown above the ceiling."""
+        return bool(self.present) and not self.against and self.familiar
 
     @property
     def discounts(self) -> bool:
@@ -68,6 +71,10 @@ class Specificity:
         """One sentence for the report: why the confidence is what it is."""
         if self.against:
             return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
+        if self.present and not self.familiar:
+            return (f"specific evidence: {', '.join(self.present)}; but no calibrated run of this cause judged what "
+                    f"this run judged (best overlap {self.familiarity or 0.0:.2f}): its confidence is not a measured "
+                    f"rate here, shown at most {ceiling:.2f}")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}"
         if self.rivals:
@@ -128,7 +135,7 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
     does not reach that symptom itself (``CausalModel.reach``); ``candidates``: the run's candidate causes, its
     possible rivals."""
     declared = model.specific.get(s.cause, ())
-    own = model.reach(s.cause)
+    own = model.reach(s.cause, frozenset(sym for sym, x in ev.items() if not x.findings))
     slack = th["infer.precedence_slack"]
     present: list[str] = []
     upstream: list[tuple[str, str]] = []
@@ -151,8 +158,11 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
     against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym))
     harm = tuple(sorted(sym for sym in own & model.outcomes if _observed(ev, sym)))
     sufficient = any(sym in model.sufficient.get(s.cause, ()) for sym in present)
+    profiles = model.profiles.get(s.cause, ())
+    familiarity = max((overlap(set(p), set(ev)) for p in profiles), default=None)
     return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient, tuple(rivals),
-                       not declared or any(d in ev for d in declared))
+                       not declared or any(d in ev for d in declared), familiarity,
+                       familiarity is None or familiarity >= th["infer.familiar_overlap"])
 
 
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],
@@ -176,13 +186,15 @@ def lead_first(causes: Sequence[str], confidence: Mapping[str, float], decides: 
 
 def capped(confidence: float, x: Specificity, th: Thresholds) -> float:
     """The confidence shown: no higher than the ceiling unless the cause's own evidence decides and no unruled
-    rival shares it; no higher than the lower ceiling when none of its specific evidence could be measured."""
+    rival shares it; no higher than the lower ceiling when none of its specific evidence was seen."""
     return confidence if x.certain else min(confidence, ceiling_of(x, th))
 
 
 def ceiling_of(x: Specificity, th: Thresholds) -> float:
-    """The ceiling of a cause its own evidence does not decide (``infer.unspecific_ceiling``, or
-    ``infer.unmeasured_ceiling`` when the run could judge none of that evidence)."""
-    if x.decides or x.measurable:
+    """The ceiling of a cause its own evidence does not decide: ``infer.unspecific_ceiling`` where its specific
+    evidence was seen but is shared with a rival the run cannot rule out or explained upstream; the lower
+    ``infer.unmeasured_ceiling`` where none of it was seen (judged and absent, not measurable, or none named), so
+    that generic symptoms alone never read as likely."""
+    if x.decides or x.upstream:
         return th["infer.unspecific_ceiling"]
     return min(th["infer.unspecific_ceiling"], th["infer.unmeasured_ceiling"])

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 
 GRAVITY, M_CART, M_POLE, HALF_LEN, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
 THETA_MAX, X_MAX = 12 * 2 * np.pi / 360, 2.4

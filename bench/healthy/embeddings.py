@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 
 VOCAB, FUNCTION_WORDS, TOPICS = 1200, 40, 10
 SENTENCE, WINDOW, FUNCTION_SHARE = 12, 2, 0.3

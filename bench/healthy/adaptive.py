@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, accuracy, as_series, resolve_steps, verdict
 from debugtune.scenarios import tabular
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, accuracy, as_series, resolve_steps, verdict
 
 BATCH = 64
 LR, RHO, GAMMA = 1.0, 0.9, 0.998

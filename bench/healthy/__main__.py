@@ -1,6 +1,6 @@
 """Train every healthy program once and print steps, seconds (wall and CPU) and its learning figures.
 
-``python -m debugtune.scenarios.healthy [--probe] [--seed N] [--json] [NAME ...]``: the figures the
+``python -m bench.healthy [--probe] [--seed N] [--json] [NAME ...]``: the figures the
 family notes quote (bench/faults/NOTES.md); with ``--probe`` each run writes telemetry into a
 temporary run directory, as the fault benchmark's runs do.
 """
@@ -13,11 +13,11 @@ import sys
 import tempfile
 import time
 
-from debugtune.scenarios.healthy import HEALTHY
+from bench.healthy import HEALTHY
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m debugtune.scenarios.healthy", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.healthy", description=__doc__)
     parser.add_argument("names", nargs="*", help=f"programs (default: all of {', '.join(HEALTHY)})")
     parser.add_argument("--probe", action="store_true", help="attach the live probe")
     parser.add_argument("--seed", type=int, default=0)

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 
 NODES, CLASSES, FEATURES = 600, 4, 200
 P_IN, P_OUT = 0.04, 0.004

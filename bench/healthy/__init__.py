@@ -3,7 +3,9 @@
 Each program trains for real on CPU, seeded and deterministic, with the live probe attached the way a
 user attaches it, and proves it learned by a measure of its own (``summary["learned"]`` and
 ``summary["why"]``). They exist to measure and fit false positives: a diagnosis named on any of them
-is wrong. ``HEALTHY`` holds them by name; ``family`` groups programs for leave-one-family-out.
+is wrong. ``HEALTHY`` holds them by name; ``family`` groups programs for leave-one-family-out. Bench code, not
+part of the shipped package: importing this package registers them as programs of the scenario table
+(``debugtune.scenarios.programs.register_healthy``) for the fault benchmark's matrix.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from debugtune.scenarios.healthy import (
+from bench.healthy import (
     adaptive,
     adversarial,
     contrastive,
@@ -22,7 +24,8 @@ from debugtune.scenarios.healthy import (
     residual,
     variational,
 )
-from debugtune.scenarios.healthy.base import Check, HealthyProgram, Series, Summary, verdict
+from bench.healthy.base import Check, HealthyProgram, Series, Summary, verdict
+from debugtune.scenarios.programs import register_healthy
 
 __all__ = ["HEALTHY", "Check", "HealthyProgram", "Series", "Summary", "verdict"]
 
@@ -63,3 +66,5 @@ HEALTHY: dict[str, HealthyProgram] = {p.name: p for p in (
              "tiny ResNet (stem + 2 basic blocks, batch norm) on synthetic 12x12 shapes, SGD 0.1 Nesterov, "
              "weight decay 5e-4, cosine annealing"),
 )}
+
+register_healthy(HEALTHY.values())

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 
 LATENT = 4
 WIDTH = 32

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, accuracy, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, accuracy, as_series, resolve_steps, verdict
 
 SIZE, CLASSES = 12, 4
 BATCH = 32

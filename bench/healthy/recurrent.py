@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 from debugtune.scenarios.common import probe_session, seed_everything
-from debugtune.scenarios.healthy.base import Check, Series, Summary, as_series, resolve_steps, verdict
 
 LENGTH, HIDDEN, BATCH = 20, 32, 32
 LR, CLIP = 1e-2, 1.0

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from debugtune.engine.diagnose.frame import TelemetryView
+from debugtune.engine.diagnose.scan import Partial, ScanJob, ScanPlan
 from debugtune.engine.diagnose.stats import ffill
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.kg.records import Finding
@@ -27,6 +28,15 @@ class Context:
     @property
     def meta(self) -> dict:
         return self.view.meta
+
+    @property
+    def plan(self) -> ScanPlan:
+        """How scans cut the run (``diagnose.scan.*``)."""
+        return ScanPlan(self.th.as_int("diagnose.scan.chunk_steps"), self.th.as_int("diagnose.scan.window_cells"))
+
+    def scan(self, job: ScanJob) -> Partial:
+        """Run a scan over this run's windows (in memory, out of core or on Ray: the view decides)."""
+        return self.view.scan(job, self.plan)
 
     @staticmethod
     def spacing(steps: np.ndarray) -> float:

@@ -33,11 +33,15 @@ class Grid:
     def like(self, other: Grid) -> np.ndarray:
         """This grid's values re-indexed onto ``other``'s labels and steps (NaN where this grid has none)."""
         out = np.full(other.values.shape, np.nan)
+        if self.steps.size == 0:
+            return out
         cols = np.searchsorted(self.steps, other.steps)
         ok = (cols < self.steps.size) & (self.steps[np.minimum(cols, self.steps.size - 1)] == other.steps)
-        for i, label in enumerate(other.labels):
-            if label in self.labels:
-                out[i, ok] = self.values[self.labels.index(label), cols[ok]]
+        mine = {label: i for i, label in enumerate(self.labels)}
+        pairs = [(i, mine[label]) for i, label in enumerate(other.labels) if label in mine]
+        if pairs:
+            dst, src = (np.array(x) for x in zip(*pairs, strict=True))
+            out[np.ix_(dst, np.flatnonzero(ok))] = self.values[np.ix_(src, cols[ok])]
         return out
 
     def select(self, keep: np.ndarray) -> Grid:
@@ -280,6 +284,10 @@ class TelemetryView:
         """The ranks that recorded ``metric`` (of ``entity`` when given)."""
         rows = self._subset(metric, entity)
         return _distinct(self.rank[rows]) if rows.size else np.zeros(0, dtype=np.int64)
+
+    def materialize(self, metrics: Any) -> TelemetryView:
+        """The rows of ``metrics`` in memory: all of them are already."""
+        return self
 
     def step_count(self) -> int:
         """Distinct steps with any row."""

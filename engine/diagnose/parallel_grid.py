@@ -134,16 +134,25 @@ def model(stage: np.ndarray, replica: np.ndarray, top_frac: float) -> Model:
     return Model(tuple(ids), cols, order, starts, tuple(pairs), min(k + 1, max(stage.size, 1)))
 
 
-def step_quantities(v: np.ndarray, m: Model) -> dict[str, np.ndarray]:
+def step_quantities(v: np.ndarray, m: Model, known: Mapping[tuple[int, ...], np.ndarray] | None = None
+                    ) -> dict[str, np.ndarray]:
     """Per step of a window ``v`` (steps × workers, complete) what the what-if shares need: the slowest worker
     (``m1``, ``arg``), the slowest step once it is fixed to its stage's others (``alt``), the median worker, the
     ``top`` largest values and their columns, each stage's order statistics (``st_os``), the replicas' spread and
-    slowest replica (two stages or more) and the sums the coherence of the stages' deviations is made of."""
+    slowest replica (two stages or more) and the sums the coherence of the stages' deviations is made of.
+    ``known``: order statistics already computed, by the columns they are of."""
+    known = known or {}
+
+    def stats(cols: np.ndarray) -> np.ndarray:
+        got = known.get(tuple(cols.tolist()))
+        return got if got is not None else order_stats(np.ascontiguousarray(v[:, cols]))
+
     rows = np.arange(v.shape[0])
     arg = np.argmax(v, axis=1)
     m1 = v[rows, arg]
     topv, topi = top_values(v, m.top)
-    st_os = np.stack([order_stats(v[:, c]) for c in m.stage_cols], axis=1)
+    st_os = np.stack([stats(c) for c in m.stage_cols], axis=1)
+    whole = known.get(tuple(range(v.shape[1])))
     of = np.empty(v.shape[1], dtype=np.int64)
     for k, c in enumerate(m.stage_cols):
         of[c] = k
@@ -154,7 +163,8 @@ def step_quantities(v: np.ndarray, m: Model) -> dict[str, np.ndarray]:
         if here.any():
             peer[here] = peer_median(m1[here], st_os[here, k], c.size)
     second = topv[:, 1] if topv.shape[1] > 1 else np.full(v.shape[0], -np.inf)
-    out = {"m1": m1, "arg": arg, "alt": np.maximum(second, peer), "median": np.median(v, axis=1),
+    out = {"m1": m1, "arg": arg, "alt": np.maximum(second, peer),
+           "median": np.median(v, axis=1) if whole is None else median(whole, v.shape[1]),
            "topv": topv, "topi": topi, "st_os": st_os}
     if len(m.stage_cols) > 1:
         med = np.stack([median(st_os[:, k], c.size) for k, c in enumerate(m.stage_cols)], axis=1)[:, of]

@@ -22,6 +22,7 @@ import numpy as np
 
 from debugtune.engine.diagnose.base import Context
 from debugtune.engine.diagnose.crossrank import dixon_low, order_stats, peer_median, sigma_low
+from debugtune.engine.diagnose.frame import Grid
 from debugtune.engine.diagnose.groups import Layout, layout, member_groups
 from debugtune.engine.diagnose.parallel_grid import Model, Shares, model, placement, shares_from, step_quantities
 from debugtune.engine.diagnose.scan import Block, Partial, ScanJob
@@ -58,9 +59,10 @@ def rank_kernel(block: Block, p: RankParams) -> Partial:
     out: dict[str, np.ndarray] = {}
     ratio = np.ones_like(v) if p.ratio_groups else None
     whole = np.arange(v.shape[1])
+    known = {}
     for gi, cols in enumerate(p.groups):
         g = v if np.array_equal(cols, whole) else np.ascontiguousarray(v[:, cols])
-        os = order_stats(g)
+        os = known[tuple(cols.tolist())] = order_stats(g)
         out[f"os{gi}"], out[f"argmax{gi}"], out[f"argmin{gi}"] = os, np.argmax(g, axis=1), np.argmin(g, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[f"cv{gi}"] = g.std(axis=1) / np.maximum(g.mean(axis=1), 1e-12)
@@ -68,7 +70,7 @@ def rank_kernel(block: Block, p: RankParams) -> Partial:
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio[:, cols] = g / np.maximum(peer_median(g, os, cols.size), 1e-12)
     if p.model is not None:
-        out.update(step_quantities(v, p.model))
+        out.update(step_quantities(v, p.model, known))
     ids, med = _chunk_medians(block, v)
     per_chunk = {"med": med}
     if ratio is not None:
@@ -195,14 +197,8 @@ class RankScans:
 
     def series(self, metric: str, rank: int, steps: np.ndarray, entity: str | None = None) -> np.ndarray:
         """One rank's values of ``metric`` at ``steps`` (NaN where it has none): read on its own."""
-        g = self.ctx.view.by_rank(metric, entity, ranks=[rank])
-        out = np.full(steps.size, np.nan)
-        if g.empty:
-            return out
-        pos = np.searchsorted(g.steps, steps)
-        ok = (pos < g.steps.size) & (g.steps[np.minimum(pos, g.steps.size - 1)] == steps)
-        out[ok] = g.values[0, pos[ok]]
-        return out
+        frame = Grid(metric, (rank,), steps, np.empty((1, steps.size)))
+        return self.ctx.view.by_rank(metric, entity, ranks=[rank]).like(frame)[0]
 
     # -- compute_ms and the other per-rank times -----------------------------------------------------------
     def rank_scan(self, metric: str) -> RankScan | None:
@@ -256,8 +252,9 @@ class RankScans:
         steps = scan.steps
 
         def columns(cols: np.ndarray) -> np.ndarray:
-            return np.stack([self.series("compute_ms", int(scan.labels[c]), steps) for c in cols], axis=1) \
-                if len(cols) else np.zeros((steps.size, 0))
+            ranks = scan.labels[cols]
+            frame = Grid("compute_ms", tuple(ranks.tolist()), steps, np.empty((ranks.size, steps.size)))
+            return np.ascontiguousarray(self.ctx.view.by_rank("compute_ms", ranks=ranks).like(frame).T)
 
         return shares_from(scan.part.per_step, m, scan.labels, columns)
 

@@ -94,4 +94,4 @@ def top_values(v: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     idx = np.argpartition(v, v.shape[1] - k, axis=1)[:, v.shape[1] - k:]
     vals = np.take_along_axis(v, idx, axis=1)
     order = np.argsort(-vals, axis=1, kind="stable")
-    return np.take_along_axis(vals, order, axis=1), np.take_along_axis(idx, order, axis=1)
+    return np.take_along_axis(vals, order, axis=1), np.take_along_axis(idx, order, axis=1).astype(np.int32)

@@ -11,7 +11,9 @@ cells; above, the detector that asked is not judged, and says why.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -57,8 +59,8 @@ def _grid(src: DuckSource, metric: str, where: Where, reduce: str) -> Grid | Non
     t = src.rows(where)
     if t.num_rows == 0:
         return None
-    grid, _ = pivot(metric, t.column("rank").to_numpy().astype(np.int64), t.column("step").to_numpy(),
-                    t.column("value").to_numpy(), reduce)
+    grid, _ = pivot(metric, t.column("rank").to_numpy(), t.column("step").to_numpy(), t.column("value").to_numpy(),
+                    reduce)
     return grid
 
 
@@ -67,8 +69,12 @@ def fetch_block(src: DuckSource, w: Window, a: int, b: int) -> Block | None:
     grid = _grid(src, w.metric, replace(w.where, steps=(a, b)), w.reduce)
     if grid is None:
         return None
-    values = np.full((w.labels.size, grid.steps.size), np.nan)
-    values[np.searchsorted(w.labels, np.asarray(grid.labels, dtype=np.int64))] = grid.values
+    here = np.asarray(grid.labels, dtype=np.int64)
+    if np.array_equal(here, w.labels):
+        values = grid.values
+    else:  # ranks without a row in this window: NaN
+        values = np.full((w.labels.size, grid.steps.size), np.nan)
+        values[np.searchsorted(w.labels, here)] = grid.values
     full = Grid(w.metric, tuple(w.labels.tolist()), grid.steps, values)
     also = {}
     for name, where in w.also:
@@ -88,8 +94,24 @@ Executor = Callable[[DuckSource, Window, ScanJob, Sequence[tuple[int, int]]], li
 
 
 def local_executor(src: DuckSource, w: Window, job: ScanJob, windows: Sequence[tuple[int, int]]) -> list[Partial]:
-    """Windows one after the other in this process (DuckDB reads each with all cores)."""
-    return [run_window(src, w, job, a, b) for a, b in windows]
+    """Windows one after the other in this process, the next one read by DuckDB (which releases the GIL) while
+    the kernel runs on this one: at most two windows in memory."""
+    if len(windows) < 2:
+        return [run_window(src, w, job, a, b) for a, b in windows]
+    out = []
+    reader = src.cursor()
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(fetch_block, reader, w, *windows[0])
+            for i in range(len(windows)):
+                block = ahead.result()
+                if i + 1 < len(windows):
+                    ahead = pool.submit(fetch_block, reader, w, *windows[i + 1])
+                out.append(Partial(np.zeros(0, dtype=np.int64)) if block is None else run_block(job, block))
+                del block
+    finally:
+        reader.close()
+    return out
 
 
 _AGG = {
@@ -106,13 +128,22 @@ def _aggregate(reduce: str) -> str:
             f"WHEN bool_or(value = 'inf'::DOUBLE) THEN 'inf'::DOUBLE ELSE {_AGG[reduce]} END")
 
 
+def release_memory() -> None:
+    """Hand the heap the windows freed back to the system (glibc keeps freed blocks below its mmap threshold)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
 class LazyView:
     """A run's telemetry out of core, with the detectors' view interface (module docstring)."""
 
     def __init__(self, run_dir: str | Path, catalog: Catalog, meta: dict[str, Any], run: str,
-                 dimensions: Iterable[str], sizes: OutOfCore, executor: Executor = local_executor):
+                 dimensions: Iterable[str], sizes: OutOfCore, executor: Executor = local_executor,
+                 cache: Any = None):
         self.run_dir, self.catalog, self.meta, self.run = Path(run_dir), catalog, dict(meta), run
-        self.sizes, self.executor = sizes, executor
+        self.sizes, self.executor, self.cache = sizes, executor, cache
         e = catalog.entries()
         stored_rows: dict[str, int] = {}
         for m, n in zip(e["metric"], e["rows"], strict=True):
@@ -314,6 +345,11 @@ class LazyView:
         return self._read(wanted)
 
     # -- scans -----------------------------------------------------------------------------------------------
+    def step_range(self, metric: str, entity: str | None = None) -> tuple[int, int]:
+        """(first, last) step of ``metric`` (of ``entity``), from the catalog."""
+        mask = self._mask(metric, entity)
+        return int(self._e["step_min"][mask].min()), int(self._e["step_max"][mask].max())
+
     def window(self, job: ScanJob, plan: ScanPlan) -> Window:
         labels = self.rank_labels(job.metric, job.entity)
         also = tuple((m, self.where(m, job.entity)) for m in job.also if self.has(m))
@@ -325,13 +361,15 @@ class LazyView:
         if self._local(job.metric) and all(self._local(m) for m in job.also if self.has(m)):
             assert self._resident is not None
             return self._resident.scan(job, plan)
-        w = self.window(job, plan)
-        mask = self._mask(job.metric, job.entity)
-        if w.labels.size == 0:
-            return merge([], w.labels)
-        windows = plan.windows(int(self._e["step_min"][mask].min()), int(self._e["step_max"][mask].max()),
-                               w.labels.size)
-        part = merge(self.executor(self.source, w, job, windows), w.labels)
+        if self.cache is not None:  # a follow: only the chunks new parts touched are scanned
+            part = self.cache.scan(self, job, plan)
+        else:
+            w = self.window(job, plan)
+            if w.labels.size == 0:
+                return merge([], w.labels)
+            windows = plan.windows(*self.step_range(job.metric, job.entity), w.labels.size)
+            part = merge(self.executor(self.source, w, job, windows), w.labels)
         if job.entity is None or len(self.entities(job.metric)) == 1:
             self._steps.setdefault(job.metric, part.seen)
+        release_memory()
         return part

@@ -168,7 +168,7 @@ def ray_executor() -> Executor:
 
 def diagnose_out_of_core(run_dir: str | Path, th: Thresholds, dims: list[str], run_id: str | None = None,
                          meta: dict[str, Any] | None = None, executor: Executor | None = None,
-                         catalog: Catalog | None = None) -> Diagnosis:
+                         catalog: Catalog | None = None, cache: Any = None) -> Diagnosis:
     """Diagnose a run out of core (``lazyview``): the catalog from the Parquet footers, scans over DuckDB windows
     (on Ray when ``executor`` is Ray's), only small metrics in memory."""
     timing: dict[str, float] = {}
@@ -182,7 +182,7 @@ def diagnose_out_of_core(run_dir: str | Path, th: Thresholds, dims: list[str], r
         timing["catalog"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         view = LazyView(run_dir, cat, {**run_meta, **(meta or {})}, run_id or str(run_meta.get("run_id") or "")
-                        or run_dir.name, dims, OutOfCore.from_thresholds(th), executor or local_executor)
+                        or run_dir.name, dims, OutOfCore.from_thresholds(th), executor or local_executor, cache)
     except TelemetryError as err:
         raise DiagnoseError(f"nothing diagnosed: {err}") from None
     timing["read"] = time.perf_counter() - t0

@@ -83,7 +83,7 @@ class DuckSource:
                 "temp_directory": self._tmp, "preserve_insertion_order": True})
             self.con.execute("SET parquet_metadata_cache = true")
             files = ", ".join(_quote(f) for f in spec.files)
-            self.con.execute(f"CREATE TEMP VIEW t AS SELECT rank, step, dimension, metric, entity, value FROM "
+            self.con.execute(f"CREATE VIEW t AS SELECT rank, step, dimension, metric, entity, value FROM "
                              f"read_parquet([{files}], hive_partitioning = true, hive_types = {{'rank': INTEGER}})")
         except Exception as err:
             shutil.rmtree(self._tmp, ignore_errors=True)
@@ -114,11 +114,19 @@ class DuckSource:
         return self.query(f"SELECT {group}, {value} AS value FROM t WHERE {where.sql()} GROUP BY {group} "
                           f"ORDER BY {group}")
 
+    def cursor(self) -> DuckSource:
+        """A second handle on the same database, for another thread (a DuckDB connection runs one query at a
+        time); closing it leaves this one open."""
+        other = object.__new__(DuckSource)
+        other.spec, other._tmp, other.con = self.spec, "", self.con.cursor()
+        return other
+
     def close(self) -> None:
         try:
             self.con.close()
         finally:
-            shutil.rmtree(self._tmp, ignore_errors=True)
+            if self._tmp:
+                shutil.rmtree(self._tmp, ignore_errors=True)
 
     def __enter__(self) -> DuckSource:
         return self

@@ -214,12 +214,13 @@ def main(argv: list[str] | None = None) -> int:
             r = m["result"]
             if r:
                 first, second = r["first"], r["second"]
-                print(f"\n--follow at {big} steps: first pass {first['seconds']:.1f} s ({first['new_rows'] / 1e6:.0f} M "
-                      f"rows); {second['new_steps']} steps appended ({second['new_rows'] / 1e6:.2f} M rows): re-judged "
-                      f"in {second['seconds']:.2f} s = {1e3 * second['seconds'] / second['new_steps']:.2f} ms per "
-                      f"new step, {1e9 * second['seconds'] / second['new_rows']:.0f} ns per new row "
-                      f"({second['scanned_rows'] / 1e6:.2f} M rows scanned); SlowRank {r['slow_rank']}; peak RSS "
-                      f"{m['maxrss_mb']:.0f} MB; load {_load()}")
+                print(f"\n--follow at {big} steps: first pass {first['seconds']:.1f} s "
+                      f"({first['new_rows'] / 1e6:.0f} M rows); {second['new_steps']} steps appended "
+                      f"({second['new_rows'] / 1e6:.2f} M rows): re-judged in {second['seconds']:.2f} s = "
+                      f"{1e3 * second['seconds'] / second['new_steps']:.2f} ms per new step, "
+                      f"{1e9 * second['seconds'] / second['new_rows']:.0f} ns per new row "
+                      f"({second['scanned_rows'] / 1e6:.2f} M rows scanned); SlowRank {r['slow_rank']}; "
+                      f"peak RSS {m['maxrss_mb']:.0f} MB; load {_load()}")
             else:
                 print(f"\n--follow failed: {m['error']}")
             shutil.rmtree(run, ignore_errors=True)

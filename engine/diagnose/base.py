@@ -6,6 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from debugtune.engine.diagnose.stats import ffill
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.kg.records import Finding
 
+if TYPE_CHECKING:
+    from debugtune.engine.diagnose.lazyview import LazyView
+
 Series = tuple[np.ndarray, np.ndarray]
 
 
@@ -22,7 +26,7 @@ Series = tuple[np.ndarray, np.ndarray]
 class Context:
     """One run's decoded telemetry and the knowledge-base thresholds."""
 
-    view: TelemetryView
+    view: TelemetryView | LazyView
     th: Thresholds
 
     @property
@@ -126,7 +130,7 @@ def natural_key(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def layer_order(view: TelemetryView, names: list[str]) -> list[str]:
+def layer_order(view: TelemetryView | LazyView, names: list[str]) -> list[str]:
     """Layers from input to output: run.json's ``layers`` (or ``probe.layers``) order when given, else natural
     name order (``body.0`` < ``body.2`` < ``head``), which is right for sequential models."""
     given = view.meta.get("layers") or view.meta.get("layer_order") or (view.meta.get("probe") or {}).get("layers")

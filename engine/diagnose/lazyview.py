@@ -64,24 +64,52 @@ def _grid(src: DuckSource, metric: str, where: Where, reduce: str) -> Grid | Non
     return grid
 
 
+def _scattered(src: DuckSource, w: Window, a: int, b: int) -> Grid | None:
+    """The window [a, b) as a ranks × steps grid, its rows placed batch by batch as they stream from DuckDB; None
+    when a cell has two rows (then :func:`~debugtune.engine.diagnose.frame.pivot` combines them)."""
+    width = b - a
+    out = np.full(w.labels.size * width, np.nan)
+    filled = np.zeros(out.size, dtype=bool)
+    rows = 0
+    for batch in src.batches(replace(w.where, steps=(a, b))):
+        flat = np.searchsorted(w.labels, batch.column(0).to_numpy()) * width + (batch.column(1).to_numpy() - a)
+        out[flat] = batch.column(2).to_numpy()
+        filled[flat] = True
+        rows += batch.num_rows
+    if rows == 0:
+        return Grid(w.metric, (), np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
+    if int(filled.sum()) != rows:
+        return None
+    grid = out.reshape(w.labels.size, width)
+    cols = np.flatnonzero(filled.reshape(w.labels.size, width).any(axis=0))
+    if cols.size < width:
+        grid = grid[:, cols]
+    if w.reduce == "max":  # as pivot reads a NaN observation
+        grid[np.isnan(grid) & filled.reshape(w.labels.size, width)[:, cols]] = np.inf
+    else:
+        grid[np.isneginf(grid)] = np.nan
+    return Grid(w.metric, tuple(w.labels.tolist()), (a + cols).astype(np.int64), grid)
+
+
 def fetch_block(src: DuckSource, w: Window, a: int, b: int) -> Block | None:
     """The window [a, b) of ``w``: rows fetched, pivoted, spread over every rank of the metric."""
-    grid = _grid(src, w.metric, replace(w.where, steps=(a, b)), w.reduce)
-    if grid is None:
+    full = _scattered(src, w, a, b)
+    if full is not None and full.steps.size == 0:
         return None
-    here = np.asarray(grid.labels, dtype=np.int64)
-    if np.array_equal(here, w.labels):
-        values = grid.values
-    else:  # ranks without a row in this window: NaN
-        values = np.full((w.labels.size, grid.steps.size), np.nan)
-        values[np.searchsorted(w.labels, here)] = grid.values
-    full = Grid(w.metric, tuple(w.labels.tolist()), grid.steps, values)
+    if full is None:
+        grid = _grid(src, w.metric, replace(w.where, steps=(a, b)), w.reduce)
+        if grid is None:
+            return None
+        values = np.full((w.labels.size, grid.steps.size), np.nan)  # ranks without a row in this window: NaN
+        values[np.searchsorted(w.labels, np.asarray(grid.labels, dtype=np.int64))] = grid.values
+        full = Grid(w.metric, tuple(w.labels.tolist()), grid.steps, values)
+    values = full.values
     also = {}
     for name, where in w.also:
         other = _grid(src, name, replace(where, steps=(a, b)), w.reduce)
         aligned = other.like(full) if other is not None else np.full(values.shape, np.nan)
         also[name] = np.ascontiguousarray(aligned.T)
-    return Block(grid.steps, w.labels, np.ascontiguousarray(values.T), also, w.chunk_steps)
+    return Block(full.steps, w.labels, np.ascontiguousarray(values.T), also, w.chunk_steps)
 
 
 def run_window(src: DuckSource, w: Window, job: ScanJob, a: int, b: int) -> Partial:

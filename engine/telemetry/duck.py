@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,6 +101,17 @@ class DuckSource:
         try:
             table: pa.Table = self.con.sql(sql).to_arrow_table()
             return table
+        except duckdb.Error as err:
+            raise self._error(err) from None
+
+    def batches(self, where: Where, columns: Iterable[str] = ("rank", "step", "value"),
+                rows: int = 1 << 20) -> Iterator[pa.RecordBatch]:
+        """The rows matching ``where``, streamed in record batches (a window never sits in Arrow whole)."""
+        import duckdb
+
+        try:
+            reader = self.con.sql(f"SELECT {', '.join(columns)} FROM t WHERE {where.sql()}").to_arrow_reader(rows)
+            yield from reader
         except duckdb.Error as err:
             raise self._error(err) from None
 

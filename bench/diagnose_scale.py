@@ -125,8 +125,9 @@ def child(run_dir: str, engine: str) -> int:
     return 0
 
 
-def follow_child(run_dir: str, ranks: int, steps: int, tail: int) -> int:
-    """The run up to ``tail`` steps before its end, one pass, the rest appended, the pass that re-judges it."""
+def follow_child(run_dir: str, ranks: int, steps: int, tails: list[int]) -> int:
+    """The run up to ``sum(tails)`` steps before its end, one pass, then each tail appended in turn and the pass
+    that re-judges it."""
     from bench import scale_data
     from debugtune.engine.diagnose import Thresholds
     from debugtune.engine.diagnose.follow import Follower
@@ -136,12 +137,17 @@ def follow_child(run_dir: str, ranks: int, steps: int, tail: int) -> int:
     store = open_store(None)
     load_knowledge(store)
     follower = Follower(run_dir, Thresholds.from_store(store))
-    first = follower.step()
-    scale_data.write(Path(run_dir), ranks, steps, first=steps - tail, last=steps)
-    second = follower.step()
-    found = next((f.entity for f in second.diagnosis.findings if f.symptom == "SlowRank"), None) \
-        if second.diagnosis else None
-    print(json.dumps({"first": first.as_dict(), "second": second.as_dict(), "slow_rank": found}))
+    passes = [follower.step().as_dict()]
+    at = steps - sum(tails)
+    found = None
+    for tail in tails:
+        scale_data.write(Path(run_dir), ranks, steps, first=at, last=at + tail)
+        at += tail
+        step = follower.step()
+        passes.append(step.as_dict())
+        found = next((f.entity for f in step.diagnosis.findings if f.symptom == "SlowRank"), None) \
+            if step.diagnosis else None
+    print(json.dumps({"passes": passes, "slow_rank": found}))
     return 0
 
 
@@ -156,17 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-steps", type=int, default=10_000, help="the size growth is measured from")
     ap.add_argument("--engines", default="memory,duckdb,ray")
     ap.add_argument("--memory-cap-gb", type=float, default=8.0, help="stop a diagnosis whose tree passes this")
-    ap.add_argument("--follow-steps", type=int, default=1000, help="steps appended for the --follow pass (0: none)")
+    ap.add_argument("--follow-steps", default="1000,4000",
+                    help="steps appended before each --follow pass after the first, comma-separated ('': none)")
     ap.add_argument("--data", type=Path, help="where the runs are written (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the runs written")
     ap.add_argument("--child", nargs=2, metavar=("RUN", "ENGINE"), help=argparse.SUPPRESS)
-    ap.add_argument("--follow-child", nargs=4, metavar=("RUN", "RANKS", "STEPS", "TAIL"), help=argparse.SUPPRESS)
+    ap.add_argument("--follow-child", nargs=4, metavar=("RUN", "RANKS", "STEPS", "TAILS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(*args.child)
     if args.follow_child:
-        run, ranks, steps, tail = args.follow_child
-        return follow_child(run, int(ranks), int(steps), int(tail))
+        run, ranks, steps, tails = args.follow_child
+        return follow_child(run, int(ranks), int(steps), [int(t) for t in tails.split(",")])
 
     from bench import scale_data
     from debugtune.engine.telemetry import update_run_json
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 scale_data.write(run, args.ranks, steps)
                 print(f"wrote {args.ranks} ranks × {steps} steps = {rows_of[steps] / 1e6:.1f} M rows in "
                       f"{time.perf_counter() - t0:.0f} s", flush=True)
-            update_run_json(run, {"steps": steps})
+            update_run_json(run, steps=steps)
             for engine in engines:
                 m = measure([*me, "--child", str(run), engine], args.memory_cap_gb * 2**30)
                 figures[engine, steps] = m
@@ -205,22 +212,28 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['top']}")
         ok = all(m["result"].get("slow_rank") == m["result"].get("planted", [None])[0]
                  for (e, _), m in figures.items() if e != "memory" or m["result"])
-        if args.follow_steps:
+        tails = [int(t) for t in args.follow_steps.split(",") if t]
+        if tails:
             big = max(sizes)
             run = root / f"run-{args.ranks}x{big}-follow"
             shutil.rmtree(run, ignore_errors=True)
-            scale_data.write(run, args.ranks, big, last=big - args.follow_steps)
-            m = measure([*me, "--follow-child", str(run), str(args.ranks), str(big), str(args.follow_steps)])
+            scale_data.write(run, args.ranks, big, last=big - sum(tails))
+            m = measure([*me, "--follow-child", str(run), str(args.ranks), str(big), ",".join(map(str, tails))])
             r = m["result"]
             if r:
-                first, second = r["first"], r["second"]
-                print(f"\n--follow at {big} steps: first pass {first['seconds']:.1f} s "
-                      f"({first['new_rows'] / 1e6:.0f} M rows); {second['new_steps']} steps appended "
-                      f"({second['new_rows'] / 1e6:.2f} M rows): re-judged in {second['seconds']:.2f} s = "
-                      f"{1e3 * second['seconds'] / second['new_steps']:.2f} ms per new step, "
-                      f"{1e9 * second['seconds'] / second['new_rows']:.0f} ns per new row "
-                      f"({second['scanned_rows'] / 1e6:.2f} M rows scanned); SlowRank {r['slow_rank']}; "
-                      f"peak RSS {m['maxrss_mb']:.0f} MB; load {_load()}")
+                first, *later = r["passes"]
+                print(f"\n--follow at {big} steps (peak RSS {m['maxrss_mb']:.0f} MB; load {_load()}): first pass "
+                      f"{first['seconds']:.1f} s ({first['new_rows'] / 1e6:.0f} M rows)")
+                for p in later:
+                    print(f"  +{p['new_steps']} steps ({p['new_rows'] / 1e6:.2f} M rows): re-judged in "
+                          f"{p['seconds']:.2f} s = {1e3 * p['seconds'] / p['new_steps']:.2f} ms per new step "
+                          f"({p['scanned_rows'] / 1e6:.2f} M rows scanned)")
+                if len(later) >= 2:  # cost = fixed + per row × new rows, from the two increments
+                    (x0, y0), (x1, y1) = ((p["new_rows"], p["seconds"]) for p in later[:2])
+                    slope = (y1 - y0) / (x1 - x0)
+                    print(f"  cost per pass ≈ {y0 - slope * x0:.2f} s + {1e9 * slope:.0f} ns × new rows "
+                          f"({1e3 * slope * (3 * args.ranks + 2):.2f} ms per new step of {args.ranks} ranks); "
+                          f"SlowRank {r['slow_rank']}")
             else:
                 print(f"\n--follow failed: {m['error']}")
             shutil.rmtree(run, ignore_errors=True)

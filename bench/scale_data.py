@@ -79,7 +79,7 @@ def write(run_dir: Path, ranks: int, steps: int, workers: int = 2, seed: int = 0
     from debugtune.engine.telemetry import write_run_json
 
     last = steps if last is None else last
-    write_run_json(run_dir, {"run_id": "scale", "world_size": ranks, "framework": "synthetic"})
+    write_run_json(run_dir, {"run_id": "scale", "world_size": ranks, "steps": steps, "framework": "synthetic"})
     bounds = np.linspace(0, ranks, workers * 4 + 1).astype(int)
     spans = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
     with ProcessPoolExecutor(max(workers, 1)) as pool:

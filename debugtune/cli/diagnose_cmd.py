@@ -145,6 +145,10 @@ def diagnose_command(
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
                               ("convergence", convergence)) if on]
+    from debugtune.engine.diagnose.run import ENGINES
+
+    if engine not in ENGINES:
+        fail(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     if follow:
         _follow(run, store, picked or None, json_out, engine, interval, passes, device, interconnect, wide)
         return

@@ -76,7 +76,9 @@ class DuckSource:
         import duckdb  # not at import: only the out-of-core path needs it
 
         self.spec = spec
-        self._tmp = tempfile.mkdtemp(prefix="debugtune-duckdb-")
+        # DuckDB creates its spill directory on the first spill only: a name, not a folder, so that a source never
+        # closed (a Ray worker killed at shutdown) leaves nothing behind unless it spilled
+        self._tmp = os.path.join(tempfile.gettempdir(), f"debugtune-duckdb-{os.getpid()}-{id(self):x}")
         try:
             self.con = duckdb.connect(config={
                 "threads": spec.threads or (os.cpu_count() or 1), "memory_limit": f"{spec.memory_mb}MB",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +21,13 @@ from debugtune.query import DslResult
 
 if TYPE_CHECKING:
     from debugtune.engine.capture.probe import Probe
+    from debugtune.engine.diagnose.follow import Pass
     from debugtune.engine.prevent import LintResult
     from debugtune.engine.prevent.preflight import PreflightResult
     from debugtune.engine.tune.auto import AutoResult
     from debugtune.engine.tune.replay import Checkpoint
 
-__all__ = ["attach", "check_model", "checkpoint", "diagnose", "lint", "query", "resolve_run", "tune"]
+__all__ = ["attach", "check_model", "checkpoint", "diagnose", "follow", "lint", "query", "resolve_run", "tune"]
 
 IMPORTED_DIR = ".debugtune-run"
 """Where a raw profiler or log folder is imported before it is diagnosed (inside it, or under home())."""
@@ -94,7 +96,7 @@ def resolve_run(run_dir_or_id: str | os.PathLike[str], store: Store) -> tuple[Pa
 def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = None,
              dimensions: Iterable[str] | None = None, save: bool = True,
              progress: Callable[[str], None] | None = None, device: str | None = None,
-             interconnect: str | None = None) -> DiagnosisReport:
+             interconnect: str | None = None, engine: str = "auto") -> DiagnosisReport:
     """Diagnose a run: detectors over its telemetry, then root-cause inference over the knowledge graph.
 
     ``store=None`` uses an in-memory store with the knowledge base loaded; otherwise the knowledge base
@@ -102,6 +104,8 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
     named graph and the report is saved to ``<run_dir>/diagnosis.json`` (unless ``save=False``).
     ``progress`` is called with the name of each stage as it starts. ``device`` / ``interconnect`` override
     the accelerator and the link run.json names (resolved against the knowledge base, docs/import.md).
+    ``engine``: ``auto`` (out of core above ``diagnose.out_of_core.rows`` rows), ``memory``, ``duckdb`` (out of
+    core) or ``ray`` (out of core, windows as Ray tasks); the findings do not depend on it (docs/diagnose.md).
     """
     say = progress or (lambda _stage: None)
     own = store is None
@@ -113,7 +117,7 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
         run_dir, fmt = resolve_run(run_dir_or_id, st)
         th = Thresholds.from_store(st)
         say("running detectors")
-        result = diagnose_run(run_dir, th, dimensions, meta=_hardware(run_dir, device, interconnect))
+        result = diagnose_run(run_dir, th, dimensions, meta=_hardware(run_dir, device, interconnect), engine=engine)
         say("inferring the root cause")
         report = infer(st, result, th, run_dir=str(Path(run_dir).resolve()))
         if fmt:
@@ -121,6 +125,45 @@ def diagnose(run_dir_or_id: str | os.PathLike[str], *, store: Store | None = Non
         if save:
             report.save(run_dir)
         return report
+    finally:
+        if own:
+            st.close()
+
+
+def follow(run_dir: str | os.PathLike[str], *, store: Store | None = None, dimensions: Iterable[str] | None = None,
+           interval: float = 30.0, passes: int | None = None, engine: str = "duckdb", device: str | None = None,
+           interconnect: str | None = None,
+           sleep: Callable[[float], None] = time.sleep) -> Iterator[tuple[Pass, DiagnosisReport | None]]:
+    """Watch a growing run: every ``interval`` seconds a pass re-judges only what was written since the last one
+    (``engine.diagnose.follow``) and, when something was new, infers again. Yields each pass and its report (None
+    when nothing was new or nothing could be diagnosed yet, the pass's ``note`` says why); ``passes=None`` runs
+    until interrupted. ``engine``: ``duckdb`` or ``ray``."""
+    from debugtune.engine.diagnose.follow import Follower
+    from debugtune.engine.diagnose.run import ray_executor
+
+    if engine not in ("duckdb", "ray"):
+        raise DiagnoseError(f"--follow reads the run out of core: engine duckdb or ray, not {engine!r}")
+    own = store is None
+    st = open_store(None) if store is None else store
+    try:
+        load_knowledge(st)
+        path = Path(run_dir)
+        if not path.is_dir():
+            raise DiagnoseError(f"nothing diagnosed: {path} is not a run directory")
+        th = Thresholds.from_store(st)
+        follower = Follower(path, th, dimensions, meta=_hardware(path, device, interconnect) if
+                            is_run_dir(path) else None, executor=ray_executor() if engine == "ray" else None)
+        done = 0
+        while passes is None or done < passes:
+            step = follower.step()
+            done += 1
+            report = None
+            if step.diagnosis is not None:
+                report = infer(st, step.diagnosis, th, run_dir=str(path.resolve()))
+                report.save(path)
+            yield step, report
+            if passes is None or done < passes:
+                sleep(interval)
     finally:
         if own:
             st.close()

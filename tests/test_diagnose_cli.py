@@ -136,3 +136,25 @@ def test_a_raw_profiler_folder_is_imported_on_the_fly(tmp_path, fixtures_dir):
     assert ("SlowRank", "rank:1") in {(f["symptom"], f["entity"]) for f in report["findings"]}
     assert report["coverage"]["communication"] == "diagnosed"
     assert (raw / ".debugtune-run" / "diagnosis.json").is_file()
+
+
+def test_out_of_core_engine_gives_the_same_report_and_follow_prints_a_line_per_pass(tmp_path):
+    """--engine duckdb: the report --engine memory gives; --follow --json: one JSON object per pass (JSON Lines),
+    the second pass finding nothing new; an unknown engine is one clear error."""
+    run_dir = moe_run(tmp_path / "moe")
+    out = {}
+    for engine in ("memory", "duckdb"):
+        res = CliRunner().invoke(debug_app, ["diagnose", str(run_dir), "--json", "--store", "memory",
+                                             "--engine", engine])
+        assert res.exit_code == 0, res.output
+        body = json.loads(res.output)
+        out[engine] = [(f["symptom"], f["entity"], f["onset_step"]) for f in body["findings"]]
+    assert out["memory"] == out["duckdb"] and out["memory"]
+    res = CliRunner().invoke(debug_app, ["diagnose", str(run_dir), "--follow", "--passes", "2", "--interval", "0",
+                                         "--json", "--store", "memory"])
+    assert res.exit_code == 0, res.output
+    first, second = (json.loads(line) for line in res.output.strip().splitlines())
+    assert first["pass"] == 1 and first["report"]["findings"] and first["new_rows"] > 0
+    assert second["pass"] == 2 and second["report"] is None and second["new_rows"] == 0
+    res = CliRunner().invoke(debug_app, ["diagnose", str(run_dir), "--engine", "spark", "--store", "memory"])
+    assert res.exit_code == 2 and "unknown engine" in res.output

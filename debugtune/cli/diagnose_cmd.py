@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -78,15 +79,47 @@ def _where(report: DiagnosisReport) -> str:
 
 
 def _run_diagnosis(run: str, store: str | None, dims: list[str] | None, json_out: bool,
-                   device: str | None = None, interconnect: str | None = None) -> DiagnosisReport:
+                   device: str | None = None, interconnect: str | None = None,
+                   engine: str = "auto") -> DiagnosisReport:
     from debugtune.api import diagnose
 
     with session_store(store) as st:
         if json_out:
-            return diagnose(run, store=st, dimensions=dims, device=device, interconnect=interconnect)
+            return diagnose(run, store=st, dimensions=dims, device=device, interconnect=interconnect, engine=engine)
         with console.status("diagnosing …") as status:
             return diagnose(run, store=st, dimensions=dims, progress=lambda stage: status.update(f"{stage} …"),
-                            device=device, interconnect=interconnect)
+                            device=device, interconnect=interconnect, engine=engine)
+
+
+EngineOption = Annotated[str, typer.Option(
+    "--engine", help="How the telemetry is read: auto (out of core above diagnose.out_of_core.rows rows), memory, "
+    "duckdb (out of core) or ray (out of core, windows as Ray tasks). The findings do not depend on it.")]
+
+
+def _follow(run: str, store: str | None, dims: list[str] | None, json_out: bool, engine: str, interval: float,
+            passes: int | None, device: str | None, interconnect: str | None, wide: bool) -> None:
+    """Pass after pass until interrupted (or ``passes``): the report when the findings changed, one line a pass."""
+    from debugtune.api import follow
+
+    shown: list[str] | None = None
+    with session_store(store) as st:
+        try:
+            for step, report in follow(run, store=st, dimensions=dims, interval=interval, passes=passes,
+                                       engine="duckdb" if engine == "auto" else engine, device=device,
+                                       interconnect=interconnect):
+                if json_out:  # one JSON object per line and pass (JSON Lines), flushed as it comes
+                    print(json.dumps({**step.as_dict(), "report": report.as_dict() if report else None},
+                                     default=str), flush=True)
+                    continue
+                if report is not None and [f.id for f in report.findings] != shown:
+                    print_report(report, wide=wide)
+                    shown = [f.id for f in report.findings]
+                per = f"{1e3 * step.seconds_per_new_step:.2f} ms per new step" if step.new_steps else "nothing new"
+                summary = escape(report.summary()) if report is not None else escape(step.note or "no new parts")
+                console.print(f"[dim]pass {step.number}: {step.new_rows} new rows, {step.new_steps} new steps, "
+                              f"{step.scanned_rows} rows scanned, {step.seconds:.2f} s ({per}); {summary}[/]")
+        except KeyboardInterrupt:
+            console.print("[dim]stopped[/]")
 
 
 @debug_app.command("diagnose")
@@ -101,11 +134,25 @@ def diagnose_command(
     interconnect: InterconnectOption = None,
     json_out: JsonOption = False,
     wide: WideOption = False,
+    engine: EngineOption = "auto",
+    follow: Annotated[bool, typer.Option("--follow", help="Watch a growing run: re-judge only what was written "
+                                         "since the last pass, every --interval seconds, until interrupted.")]
+    = False,
+    interval: Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between --follow passes.")] = 30.0,
+    passes: Annotated[int | None, typer.Option("--passes", min=1, help="Stop --follow after this many passes.")]
+    = None,
 ) -> None:
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
                               ("convergence", convergence)) if on]
-    report = _run_diagnosis(run, store, picked or None, json_out, device, interconnect)
+    from debugtune.engine.diagnose.run import ENGINES
+
+    if engine not in ENGINES:
+        fail(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if follow:
+        _follow(run, store, picked or None, json_out, engine, interval, passes, device, interconnect, wide)
+        return
+    report = _run_diagnosis(run, store, picked or None, json_out, device, interconnect, engine)
     if json_out:
         emit_json(report.as_dict())
         return

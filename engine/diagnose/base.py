@@ -6,13 +6,18 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from debugtune.engine.diagnose.frame import TelemetryView
+from debugtune.engine.diagnose.scan import Partial, ScanJob, ScanPlan
 from debugtune.engine.diagnose.stats import ffill
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.kg.records import Finding
+
+if TYPE_CHECKING:
+    from debugtune.engine.diagnose.lazyview import LazyView
 
 Series = tuple[np.ndarray, np.ndarray]
 
@@ -21,12 +26,21 @@ Series = tuple[np.ndarray, np.ndarray]
 class Context:
     """One run's decoded telemetry and the knowledge-base thresholds."""
 
-    view: TelemetryView
+    view: TelemetryView | LazyView
     th: Thresholds
 
     @property
     def meta(self) -> dict:
         return self.view.meta
+
+    @property
+    def plan(self) -> ScanPlan:
+        """How scans cut the run (``diagnose.scan.*``)."""
+        return ScanPlan(self.th.as_int("diagnose.scan.chunk_steps"), self.th.as_int("diagnose.scan.window_cells"))
+
+    def scan(self, job: ScanJob) -> Partial:
+        """Run a scan over this run's windows (in memory, out of core or on Ray: the view decides)."""
+        return self.view.scan(job, self.plan)
 
     @staticmethod
     def spacing(steps: np.ndarray) -> float:
@@ -116,7 +130,7 @@ def natural_key(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def layer_order(view: TelemetryView, names: list[str]) -> list[str]:
+def layer_order(view: TelemetryView | LazyView, names: list[str]) -> list[str]:
     """Layers from input to output: run.json's ``layers`` (or ``probe.layers``) order when given, else natural
     name order (``body.0`` < ``body.2`` < ``head``), which is right for sequential models."""
     given = view.meta.get("layers") or view.meta.get("layer_order") or (view.meta.get("probe") or {}).get("layers")

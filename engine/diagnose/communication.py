@@ -9,14 +9,16 @@ weight (``evidence``). Thresholds: ``cases/thresholds/communication.ttl``; link 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from debugtune.engine.diagnose import evidence
 from debugtune.engine.diagnose.base import Context, make_finding, severity
+from debugtune.engine.diagnose.rankscans import RankScans
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
+from debugtune.engine.diagnose.scan import Block, Partial, ScanJob
 from debugtune.engine.diagnose.stats import centred_trimmed_mean, ffill, first_run, trimmed_mean
-from debugtune.engine.diagnose.stragglers import complete
 from debugtune.engine.telemetry.shares import shares
 
 DIM = "communication"
@@ -64,6 +66,36 @@ def _link_peak(ctx: Context) -> tuple[str, float]:
     return kind, float(peak)
 
 
+@dataclass(frozen=True)
+class _Bandwidth:
+    """How one collective kind's bus bandwidth is measured: the companions of ``collective_bytes`` recorded
+    (``count``, ``busbw``: the producer's own bus bandwidth, else ``time``: from collective_ms with ``factor``)."""
+
+    count: bool
+    busbw: bool
+    factor: float
+
+
+def bandwidth_kernel(block: Block, p: _Bandwidth) -> Partial:
+    """Per step: the median message size (``size``) and bus bandwidth (``busbw``) over the ranks."""
+    b = block.values
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        size = np.nanmedian(b / block.also["collective_count"] if p.count else b, axis=1)
+        if p.busbw:
+            busbw = np.nanmedian(block.also["busbw_gbps"], axis=1)
+        else:  # the last-arriving rank's time is the transfer itself (TraceLens): the minimum over ranks
+            busbw = np.nanmedian(b, axis=1) / (np.nanmin(block.also["collective_ms"], axis=1) * 1e-3) / 1e9 * p.factor
+    return Partial(block.steps, {"size": size, "busbw": busbw})
+
+
+def median_kernel(block: Block, p: object) -> Partial:
+    """Per step: the median over the ranks (``median``, NaN-aware)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Partial(block.steps, {"median": np.nanmedian(block.values, axis=1)})
+
+
 def bandwidth(ctx: Context, data: object, out: Emit) -> None:
     """Bus bandwidth (nccl-tests factors) of every collective kind whose messages are large enough to measure a
     link, against the link's peak; one finding per kind below ``communication.bandwidth.util_low``."""
@@ -75,29 +107,27 @@ def bandwidth(ctx: Context, data: object, out: Emit) -> None:
     for op in ops:
         if any(k in op for k in ("send", "recv", "barrier")):
             continue
-        b = view.by_rank("collective_bytes", op)
-        if b.empty:  # a producer that measured the bus bandwidth itself, without message sizes
-            g = view.by_rank("busbw_gbps", op)
-            rows.append((op, g.steps, np.nanmedian(g.values, axis=0)))
+        if op not in view.entities("collective_bytes"):  # a producer that measured the bus bandwidth itself
+            g = ctx.scan(ScanJob("busbw_gbps", median_kernel, None, entity=op, complete=False))
+            rows.append((op, g.steps, g.per_step["median"]))
             continue
-        count = view.by_rank("collective_count", op).like(b) if view.has("collective_count") else None
-        with np.errstate(invalid="ignore", divide="ignore"):
-            size = np.nanmedian(b.values / count if count is not None else b.values, axis=0)
-        if view.has("busbw_gbps") and op in view.entities("busbw_gbps"):
-            busbw = np.nanmedian(view.by_rank("busbw_gbps", op).like(b), axis=0)
-        elif view.has("collective_ms"):
+        busbw = view.has("busbw_gbps") and op in view.entities("busbw_gbps")
+        if not busbw and not view.has("collective_ms"):
+            continue
+        factor = 0.0
+        if not busbw:
             f = bus_factor(ctx, op, max(int(view.ranks().size), 2))
             if f is None:
                 continue
-            t = view.by_rank("collective_ms", op).like(b)
-            # the last-arriving rank's time is the transfer itself (TraceLens): the minimum over ranks
-            with np.errstate(invalid="ignore", divide="ignore"):
-                busbw = np.nanmedian(b.values, axis=0) / (np.nanmin(t, axis=0) * 1e-3) / 1e9 * f
-        else:
-            continue
-        keep = (size >= floor) & np.isfinite(busbw)
+            factor = f
+        count = view.has("collective_count")
+        also = ("collective_count",) * count + (("busbw_gbps",) if busbw else ("collective_ms",))
+        part = ctx.scan(ScanJob("collective_bytes", bandwidth_kernel, _Bandwidth(count, busbw, factor), entity=op,
+                                complete=False, also=also))
+        size, bw = part.per_step["size"], part.per_step["busbw"]
+        keep = (size >= floor) & np.isfinite(bw)
         if keep.any():
-            rows.append((op, b.steps[keep], busbw[keep]))
+            rows.append((op, part.steps[keep], bw[keep]))
     if not rows:
         raise NotJudged(f"no collective with messages of at least {floor / 2**20:.0f} MiB to measure the link by")
     low = th["communication.bandwidth.util_low"]
@@ -112,13 +142,19 @@ def bandwidth(ctx: Context, data: object, out: Emit) -> None:
                              "communication.bandwidth", ctx.persist("communication.persist_steps", s) - 1), (s, u))
 
 
+def share_kernel(block: Block, p: object) -> Partial:
+    """Per step: the median over the ranks of the communication time's share of the step (``share``)."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a step no rank measured stays NaN
+        return Partial(block.steps, {"share": np.nanmedian(shares(block.values, block.also["step_time_ms"]),
+                                                           axis=1)})
+
+
 def comm_share(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     num = "comm_not_overlapped_ms" if view.has("comm_not_overlapped_ms") else "comm_ms"
-    c, t = view.by_rank(num), view.by_rank("step_time_ms")
-    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a step no rank measured stays NaN
-        share = np.nanmedian(shares(c.values, t.like(c)), axis=0)
+    part = ctx.scan(ScanJob(num, share_kernel, None, complete=False, also=("step_time_ms",)))
+    steps, share = part.steps, part.per_step["share"]
     judged = np.isfinite(share)
     share = ffill(share)
     level = float(np.nanmedian(share))
@@ -126,44 +162,63 @@ def comm_share(ctx: Context, data: object, out: Emit) -> None:
     if not level > limit:
         return
     mask = share > limit
-    persist = min(ctx.persist("communication.persist_steps", c.steps), mask.size)
+    persist = min(ctx.persist("communication.persist_steps", steps), mask.size)
     start = first_run(mask, persist) or 0
     sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), mask[judged], extra={"share": level, "metric": num})
     out.add(make_finding(
-        "HighCommunicationShare", DIM, "", c.steps, start, c.steps.size - 1, sev, ev,
-        "communication.comm_share", start + persist - 1), (c.steps, share))
+        "HighCommunicationShare", DIM, "", steps, start, steps.size - 1, sev, ev,
+        "communication.comm_share", start + persist - 1), (steps, share))
+
+
+def alltoall_kernel(block: Block, p: object) -> Partial:
+    """Per step: the largest rank's all-to-all size over the mean (``imbalance``)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        imb = block.values.max(axis=1) / block.values.mean(axis=1)
+    return Partial(block.steps, {"imbalance": np.nan_to_num(imb, nan=1.0)})
 
 
 def alltoall(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
-    g = complete(view.by_rank("alltoall_bytes", reduce="sum"))
-    if len(g.labels) < 2 or g.steps.size == 0:
+    labels = view.rank_labels("alltoall_bytes")
+    part = ctx.scan(ScanJob("alltoall_bytes", alltoall_kernel, None, reduce="sum"))
+    steps = part.steps
+    if labels.size < 2 or steps.size == 0:
         raise NotJudged("fewer than two ranks with all-to-all sizes on the same steps")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        imb = g.values.max(axis=0) / g.values.mean(axis=0)
-    imb = np.nan_to_num(imb, nan=1.0)
+    imb = part.per_step["imbalance"]
     limit = th["communication.alltoall.imbalance"]
     mask = imb >= limit
-    persist = min(ctx.persist("communication.persist_steps", g.steps), mask.size)
+    persist = min(ctx.persist("communication.persist_steps", steps), mask.size)
     start = first_run(mask, persist)
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
-    heavy = int(g.labels[int(np.argmax(g.values[:, start:].sum(axis=1)))])
-    sev, ev = evidence.scaled(ctx, severity(float(np.median(imb[start:])), limit, len(g.labels)), mask, extra={
-        "size_imbalance": float(np.median(imb[start:])), "heavy_rank": heavy, "ranks": float(len(g.labels))})
+    heavy = _heaviest(ctx, labels, steps[start:])
+    sev, ev = evidence.scaled(ctx, severity(float(np.median(imb[start:])), limit, labels.size), mask, extra={
+        "size_imbalance": float(np.median(imb[start:])), "heavy_rank": heavy, "ranks": float(labels.size)})
     out.add(make_finding(
-        "AllToAllImbalance", DIM, f"rank:{heavy}", g.steps, start, g.steps.size - 1, sev, ev,
-        "communication.alltoall", start + persist - 1), (g.steps, imb))
+        "AllToAllImbalance", DIM, f"rank:{heavy}", steps, start, steps.size - 1, sev, ev,
+        "communication.alltoall", start + persist - 1), (steps, imb))
 
 
-def step_time(ctx: Context, data: object, out: Emit) -> None:
+def _heaviest(ctx: Context, labels: np.ndarray, steps: np.ndarray, batch: int = 64) -> int:
+    """The rank that sent the most all-to-all bytes over ``steps``, read a batch of ranks at a time."""
+    totals = []
+    for i in range(0, labels.size, batch):
+        g = ctx.view.by_rank("alltoall_bytes", reduce="sum", ranks=labels[i:i + batch])
+        cols = np.searchsorted(g.steps, steps)
+        totals.append(np.ascontiguousarray(g.values[:, cols]).sum(axis=1))
+    return int(labels[int(np.argmax(np.concatenate(totals)))])
+
+
+def step_time(ctx: Context, data: RankScans, out: Emit) -> None:
     """Step time that rises and stays up (BLOOM-176B: +5% with a normal loss was one slow GPU). The level is a
     trimmed mean, which a stall on every k-th step raises as it does the wall time, not a median, which it
     leaves at the fast steps' time until half the steps stall."""
-    th, view = ctx.th, ctx.view
-    g = view.by_rank("step_time_ms")
-    need_steps(ctx, g.steps, "step_time_ms")
-    t = ffill(np.nanmax(g.values, axis=0))  # the step ends when the slowest rank ends
+    th = ctx.th
+    part = data.step_time
+    assert part is not None  # the detector requires step_time_ms
+    steps = part.steps
+    need_steps(ctx, steps, "step_time_ms")
+    t = ffill(part.per_step["tmax"])  # the step ends when the slowest rank ends
     n = t.size
     skip = int(n * th["communication.step_time.skip_frac"])
     w = max(3, int(n * th["communication.step_time.window_frac"]))
@@ -175,12 +230,12 @@ def step_time(ctx: Context, data: object, out: Emit) -> None:
     rise = trend / max(base, 1e-12) - 1
     mask = rise >= th["communication.step_time.rise"]
     mask[: skip + w] = False
-    start = first_run(mask, max(w, ctx.persist("communication.persist_steps", g.steps)))
+    start = first_run(mask, max(w, ctx.persist("communication.persist_steps", steps)))
     if start is None or mask[start:].mean() < th["communication.persist_frac"]:
         return
     level = float(np.median(rise[start:]))
     sev, ev = evidence.scaled(ctx, severity(level, th["communication.step_time.rise"], 2.0), mask[start:], extra={
         "relative_rise": level, "step_time_ms_before": base, "step_time_ms_after": trimmed_mean(t[start:], trim)})
     out.add(make_finding(
-        "StepTimeRegression", DIM, "", g.steps, start, n - 1, sev, ev, "communication.step_time", start + w - 1),
-        (g.steps, t))
+        "StepTimeRegression", DIM, "", steps, start, n - 1, sev, ev, "communication.step_time", start + w - 1),
+        (steps, t))

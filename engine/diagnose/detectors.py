@@ -13,7 +13,7 @@ from debugtune.engine.diagnose import convergence as conv
 from debugtune.engine.diagnose import experts as moe
 from debugtune.engine.diagnose import gradient as grad
 from debugtune.engine.diagnose import hardware as hw
-from debugtune.engine.diagnose import labels, outputs, reach, wiring
+from debugtune.engine.diagnose import labels, outputs, rankscans, reach, wiring
 from debugtune.engine.diagnose import stragglers as strag
 from debugtune.engine.diagnose import timeline as tl
 from debugtune.engine.diagnose.registry import Detector
@@ -24,7 +24,7 @@ _CV = ("convergence.judge_after_frac", "convergence.window_frac", "convergence.w
        "convergence.lr_drop.*", "convergence.persist_steps", "convergence.objective.*", *_MIN)
 _MOE = ("moe.persist_steps", "moe.window_steps", "moe.persist_frac", *_MIN)
 _EV = ("diagnose.evidence.*",)
-_COMM = ("communication.persist_steps", "communication.persist_frac", *_MIN, *_EV)
+_COMM = ("communication.persist_steps", "communication.persist_frac", "diagnose.scan.*", *_MIN, *_EV)
 _GRID = ("communication.grid.top_frac", "communication.stage.*", "communication.slow_rank.worker_share")
 _HW = ("hardware.persist_steps", "hardware.persist_frac", *_MIN, *_EV)
 _HWS = ("hardware.persist_samples", "hardware.persist_frac", "hardware.min_samples", *_EV)  # sampled counters
@@ -141,17 +141,17 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("communication.slow_rank", "SlowRank", M,
              (("collective_ms", "comm_ms", "compute_ms", "step_time_ms", "free_ms"),),
              (*_COMM, "communication.slow_rank.*", "communication.onset_z", "dixon995.*", *_GRID), strag.slow_rank,
-             strag.grid_data),
+             rankscans.rank_scans),
     Detector("communication.slow_compute", "SlowCompute", M, (("compute_ms",),),
              (*_COMM, "communication.slow_rank.compute_ratio", "communication.onset_z", *_GRID), strag.slow_compute,
-             strag.grid_data, signature_of=("StragglerRank",)),
+             rankscans.rank_scans, signature_of=("StragglerRank",)),
     Detector("communication.slow_stage", "SlowPipelineStage", M, (("compute_ms",),),
-             (*_COMM, *_GRID), strag.slow_stage, strag.grid_data),
+             (*_COMM, *_GRID), strag.slow_stage, rankscans.rank_scans),
     Detector("communication.replica_variation", "ReplicaComputeVariation", M, (("compute_ms",),),
              (*_COMM, *_GRID, "communication.replica.*", "communication.compute_imbalance.*"),
-             strag.replica_variation, strag.grid_data),
+             strag.replica_variation, rankscans.rank_scans),
     Detector("communication.compute_imbalance", "ComputeImbalance", M, (("compute_ms",),),
-             (*_COMM, "communication.compute_imbalance.*"), strag.compute_imbalance),
+             (*_COMM, *_GRID, "communication.compute_imbalance.*"), strag.compute_imbalance, rankscans.rank_scans),
     Detector("communication.slow_link", "SlowLink", M, (("link_bw_gbps",),),
              (*_COMM, "communication.slow_link.*"), comm.slow_link),
     Detector("communication.bandwidth", "LowBandwidthUtilization", M, (("busbw_gbps", "collective_bytes"),),
@@ -162,7 +162,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("communication.alltoall", "AllToAllImbalance", M, (("alltoall_bytes",),),
              (*_COMM, "communication.alltoall.*"), comm.alltoall),
     Detector("communication.step_time", "StepTimeRegression", M, (("step_time_ms",),),
-             (*_COMM, "communication.step_time.*"), comm.step_time),
+             (*_COMM, "communication.step_time.*"), comm.step_time, rankscans.rank_scans),
     # -- hardware ------------------------------------------------------------------------------------
     Detector("hardware.util", "LowAcceleratorUtilization", H, (("util_pct",),), (*_HWS, "hardware.util.*"),
              hw.utilisation),

@@ -33,11 +33,15 @@ class Grid:
     def like(self, other: Grid) -> np.ndarray:
         """This grid's values re-indexed onto ``other``'s labels and steps (NaN where this grid has none)."""
         out = np.full(other.values.shape, np.nan)
+        if self.steps.size == 0:
+            return out
         cols = np.searchsorted(self.steps, other.steps)
         ok = (cols < self.steps.size) & (self.steps[np.minimum(cols, self.steps.size - 1)] == other.steps)
-        for i, label in enumerate(other.labels):
-            if label in self.labels:
-                out[i, ok] = self.values[self.labels.index(label), cols[ok]]
+        mine = {label: i for i, label in enumerate(self.labels)}
+        pairs = [(i, mine[label]) for i, label in enumerate(other.labels) if label in mine]
+        if pairs:
+            dst, src = (np.array(x) for x in zip(*pairs, strict=True))
+            out[np.ix_(dst, np.flatnonzero(ok))] = self.values[np.ix_(src, cols[ok])]
         return out
 
     def select(self, keep: np.ndarray) -> Grid:
@@ -106,6 +110,37 @@ def _block(keys: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     if k > 1 and not bool(np.all(np.diff(heads[order]) > 0)):
         return None
     return heads[order], order, first
+
+
+def pivot(metric: str, raw_keys: np.ndarray, steps: np.ndarray, vals: np.ndarray,
+          reduce: str) -> tuple[Grid, np.ndarray]:
+    """Rows (key, step, value) as a keys × steps grid combining repeated cells with ``reduce`` ("mean", "sum" or
+    "max"); returns it and the key values. A NaN or Inf observation stays visible in its cell."""
+    block = _block(raw_keys, steps)
+    if block is not None:  # one row per cell, in blocks: a reshape is the pivot
+        heads, order, axis = block
+        grid_values = vals.reshape(heads.size, -1)[order]
+        return Grid(metric, tuple(heads.tolist()), axis.astype(np.int64), grid_values), heads
+    key_vals, keys = _dense_index(raw_keys)
+    step_vals, step_idx = _dense_index(steps)
+    n_cells = key_vals.size * step_vals.size
+    flat = keys * step_vals.size + step_idx
+    count = np.bincount(flat, minlength=n_cells)
+    if reduce == "max":
+        out = np.full(n_cells, -np.inf)
+        np.maximum.at(out, flat, np.nan_to_num(vals, nan=np.inf))
+    else:
+        finite = np.isfinite(vals)
+        out = np.bincount(flat[finite], weights=vals[finite], minlength=n_cells)
+        if reduce == "mean":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out = out / np.bincount(flat[finite], minlength=n_cells)
+        if not finite.all():  # a NaN or Inf observation stays visible in its cell
+            bad = ~finite
+            out[flat[bad]] = np.where(np.isposinf(vals[bad]), np.inf, np.nan)
+    out[count == 0] = np.nan
+    grid = Grid(metric, tuple(key_vals.tolist()), step_vals, out.reshape(key_vals.size, step_vals.size))
+    return grid, key_vals
 
 
 @dataclass
@@ -206,33 +241,7 @@ class TelemetryView:
         """Grid of ``rows`` by ``raw_keys`` (rank numbers or entity codes) × step; returns it and the key values.
 
         ``values`` replaces the rows' values (same length as ``rows``)."""
-        steps = self.step[rows]
-        vals = self.value[rows] if values is None else values
-        block = _block(raw_keys, steps)
-        if block is not None:  # one row per cell, in blocks: a reshape is the pivot
-            heads, order, axis = block
-            grid_values = vals.reshape(heads.size, -1)[order]
-            return Grid(metric, tuple(heads.tolist()), axis.astype(np.int64), grid_values), heads
-        key_vals, keys = _dense_index(raw_keys)
-        step_vals, step_idx = _dense_index(steps)
-        n_cells = key_vals.size * step_vals.size
-        flat = keys * step_vals.size + step_idx
-        count = np.bincount(flat, minlength=n_cells)
-        if reduce == "max":
-            out = np.full(n_cells, -np.inf)
-            np.maximum.at(out, flat, np.nan_to_num(vals, nan=np.inf))
-        else:
-            finite = np.isfinite(vals)
-            out = np.bincount(flat[finite], weights=vals[finite], minlength=n_cells)
-            if reduce == "mean":
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    out = out / np.bincount(flat[finite], minlength=n_cells)
-            if not finite.all():  # a NaN or Inf observation stays visible in its cell
-                bad = ~finite
-                out[flat[bad]] = np.where(np.isposinf(vals[bad]), np.inf, np.nan)
-        out[count == 0] = np.nan
-        grid = Grid(metric, tuple(key_vals.tolist()), step_vals, out.reshape(key_vals.size, step_vals.size))
-        return grid, key_vals
+        return pivot(metric, raw_keys, self.step[rows], self.value[rows] if values is None else values, reduce)
 
     def by_entity(self, metric: str, *, reduce: str = "mean", ranks: np.ndarray | None = None) -> Grid:
         """Entities × steps, combining ranks with ``reduce`` ("mean", "sum" or "max")."""
@@ -252,9 +261,11 @@ class TelemetryView:
         grid, codes = self._pivot(metric, rows, self.entity_code[rows], "max", bad)
         return Grid(metric, tuple(self.entity_names[int(c)] for c in codes), grid.steps, grid.values)
 
-    def by_rank(self, metric: str, entity: str | None = None, *, reduce: str = "mean") -> Grid:
-        """Ranks × steps for one entity (all entities combined with ``reduce`` when ``entity`` is None)."""
-        rows = self._subset(metric, entity)
+    def by_rank(self, metric: str, entity: str | None = None, *, reduce: str = "mean",
+                ranks: np.ndarray | list[int] | None = None) -> Grid:
+        """Ranks × steps for one entity (all entities combined with ``reduce`` when ``entity`` is None); only
+        ``ranks`` when given (a batch of ranks, or one rank's series)."""
+        rows = self._subset(metric, entity, None if ranks is None else np.asarray(ranks))
         if rows.size == 0:
             return Grid(metric, (), np.zeros(0, dtype=np.int64), np.zeros((0, 0)))
         grid, ranks = self._pivot(metric, rows, self.rank[rows], reduce)
@@ -267,3 +278,27 @@ class TelemetryView:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         grid, _ = self._pivot(metric, rows, np.zeros(rows.size, dtype=np.int64), reduce)
         return grid.steps, grid.values[0]
+
+    # -- scans (``scan``): the same interface as the out-of-core view --------------------------------------
+    def rank_labels(self, metric: str, entity: str | None = None) -> np.ndarray:
+        """The ranks that recorded ``metric`` (of ``entity`` when given)."""
+        rows = self._subset(metric, entity)
+        return _distinct(self.rank[rows]) if rows.size else np.zeros(0, dtype=np.int64)
+
+    def materialize(self, metrics: Any) -> TelemetryView:
+        """The rows of ``metrics`` in memory: all of them are already."""
+        return self
+
+    def step_count(self) -> int:
+        """Distinct steps with any row."""
+        return int(_distinct(self.step).size)
+
+    def scan(self, job: Any, plan: Any) -> Any:
+        """Run a :class:`~debugtune.engine.diagnose.scan.ScanJob` over this run's grid (windows of ``plan``)."""
+        from debugtune.engine.diagnose.scan import grid_blocks, merge, run_block
+
+        grid = self.by_rank(job.metric, job.entity, reduce=job.reduce)
+        also = {m: self.by_rank(m, job.entity, reduce=job.reduce).like(grid) for m in job.also}
+        labels = np.asarray(grid.labels, dtype=np.int64)
+        return merge([run_block(job, b) for b in grid_blocks(grid, also, plan)], labels)
+

@@ -181,7 +181,7 @@ class Samples:
 def sampled(ctx: Context, *metrics: str) -> Samples:
     """The samples of ``metrics`` aligned by sample (the k-th sample of a step of one device is one column);
     NotJudged when a metric has fewer samples per device than the knowledge base's ``hardware.min_samples``."""
-    view = ctx.view
+    view = ctx.view.materialize(metrics)
     n_names = max(len(view.entity_names), 1)
     parts = []
     for m in metrics:

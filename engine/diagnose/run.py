@@ -18,9 +18,12 @@ from debugtune.engine.diagnose.correlation import correlation_edges
 from debugtune.engine.diagnose.detectors import DETECTORS
 from debugtune.engine.diagnose.errors import DiagnoseError
 from debugtune.engine.diagnose.frame import TelemetryView
+from debugtune.engine.diagnose.lazyview import Executor, LazyView, OutOfCore, local_executor
 from debugtune.engine.diagnose.registry import run_detectors
 from debugtune.engine.diagnose.thresholds import Thresholds
-from debugtune.engine.telemetry import TelemetryError, read_telemetry
+from debugtune.engine.telemetry import TelemetryError, read_run_json, read_telemetry
+from debugtune.engine.telemetry.catalog import Catalog, count_rows, read_catalog
+from debugtune.engine.telemetry.runmeta import RUN_JSON
 from debugtune.kg.records import DIMENSIONS, CorrelationEdge, Finding
 
 _COLUMNS = ("rank", "step", "dimension", "metric", "entity", "value")  # the run column is not needed
@@ -39,6 +42,9 @@ class Diagnosis:
     notes: list[str]
     timing_s: dict[str, float] = field(default_factory=dict)
     steps: int = 0
+    engine: str = "memory"
+    rows: int = 0
+    catalog: Catalog | None = None
 
     @property
     def diagnosed(self) -> list[str]:
@@ -56,7 +62,7 @@ def check_dimensions(dimensions: Iterable[str] | None) -> list[str]:
     return [d for d in DIMENSIONS if d in wanted] or list(DIMENSIONS)
 
 
-def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str] | None = None,
+def diagnose_view(view: TelemetryView | LazyView, th: Thresholds, dimensions: Iterable[str] | None = None,
                   timing: dict[str, float] | None = None) -> Diagnosis:
     """Run the requested families over decoded telemetry; never guesses where data is missing."""
     dims = check_dimensions(dimensions)
@@ -84,7 +90,7 @@ def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str]
         judged |= res.judged
         notes += res.notes
         coverage[dim] = "diagnosed" if res.judged else "not diagnosed"
-    steps = int(np.unique(view.step).size)
+    steps = view.step_count()
     t0 = time.perf_counter()
     edges, graph = correlation_edges(findings, series, th)
     timing["correlation"] = time.perf_counter() - t0
@@ -92,14 +98,39 @@ def diagnose_view(view: TelemetryView, th: Thresholds, dimensions: Iterable[str]
     return Diagnosis(view.run, view.meta, findings, edges, graph, judged, coverage, notes, timing, steps)
 
 
+ENGINES = ("auto", "memory", "duckdb", "ray")
+"""How a run is read: ``memory`` (every row decoded, grids in memory), ``duckdb`` (out of core: scans over DuckDB
+windows, ``lazyview``), ``ray`` (the same, its windows as Ray tasks), ``auto`` (out of core above
+``diagnose.out_of_core.rows`` rows)."""
+
+
+def choose_engine(run_dir: str | Path, th: Thresholds, engine: str) -> str:
+    """The engine ``auto`` stands for on this run (the row count from the Parquet footers)."""
+    if engine not in ENGINES:
+        raise DiagnoseError(f"unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
+    if engine != "auto":
+        return engine
+    try:
+        rows = count_rows(run_dir)
+    except TelemetryError:
+        return "memory"  # the in-memory reader names the bad part
+    return "duckdb" if rows > th.as_int("diagnose.out_of_core.rows") else "memory"
+
+
 def diagnose_run(run_dir: str | Path, th: Thresholds, dimensions: Iterable[str] | None = None,
-                 run_id: str | None = None, meta: dict[str, Any] | None = None) -> Diagnosis:
+                 run_id: str | None = None, meta: dict[str, Any] | None = None, engine: str = "auto",
+                 catalog: Catalog | None = None) -> Diagnosis:
     """Read a run directory's telemetry and diagnose it (``meta`` overrides run.json facts, e.g. the device).
 
-    Raises :class:`DiagnoseError` when the folder cannot be read or when no requested dimension
-    could be diagnosed at all (the message says, per dimension, why).
+    ``engine``: one of :data:`ENGINES`; the findings do not depend on it. ``catalog``: the run's catalog from an
+    earlier pass (out of core: only new parts are read). Raises :class:`DiagnoseError` when the folder cannot be
+    read or when no requested dimension could be diagnosed at all (the message says, per dimension, why).
     """
     dims = check_dimensions(dimensions)
+    chosen = choose_engine(run_dir, th, engine)
+    if chosen != "memory":
+        return diagnose_out_of_core(run_dir, th, dims, run_id, meta, executor=None if chosen == "duckdb" else
+                                    ray_executor(), catalog=catalog)
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     try:
@@ -114,10 +145,52 @@ def diagnose_run(run_dir: str | Path, th: Thresholds, dimensions: Iterable[str] 
     del tel  # the decoded columns are all the detectors need
     pa.default_memory_pool().release_unused()
     timing["decode"] = time.perf_counter() - t0
+    return _judged(run_dir, view, th, dims, rows, timing, "memory")
+
+
+def _judged(run_dir: str | Path, view: TelemetryView | LazyView, th: Thresholds, dims: list[str], rows: int,
+            timing: dict[str, float], engine: str) -> Diagnosis:
     if rows == 0:
         raise DiagnoseError(f"nothing diagnosed in {run_dir}: the run has no telemetry rows for "
                             f"{', '.join(dims)}")
     result = diagnose_view(view, th, dims, timing)
     if not result.diagnosed:
         raise DiagnoseError(f"nothing diagnosed in {run_dir}: " + "; ".join(result.notes or ["no usable metrics"]))
+    result.engine, result.rows = engine, rows
+    return result
+
+
+def ray_executor() -> Executor:
+    from debugtune.engine.diagnose.ray_scan import ray_executor as make
+
+    return make()
+
+
+def diagnose_out_of_core(run_dir: str | Path, th: Thresholds, dims: list[str], run_id: str | None = None,
+                         meta: dict[str, Any] | None = None, executor: Executor | None = None,
+                         catalog: Catalog | None = None, cache: Any = None) -> Diagnosis:
+    """Diagnose a run out of core (``lazyview``): the catalog from the Parquet footers, scans over DuckDB windows
+    (on Ray when ``executor`` is Ray's), only small metrics in memory."""
+    timing: dict[str, float] = {}
+    t0 = time.perf_counter()
+    try:
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise TelemetryError(run_dir, "run directory not found")
+        run_meta = read_run_json(run_dir) if (run_dir / RUN_JSON).exists() else {}
+        cat = read_catalog(run_dir, catalog)
+        timing["catalog"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        view = LazyView(run_dir, cat, {**run_meta, **(meta or {})}, run_id or str(run_meta.get("run_id") or "")
+                        or run_dir.name, dims, OutOfCore.from_thresholds(th), executor or local_executor, cache)
+    except TelemetryError as err:
+        raise DiagnoseError(f"nothing diagnosed: {err}") from None
+    timing["read"] = time.perf_counter() - t0
+    try:
+        result = _judged(run_dir, view, th, dims, view.rows_total, timing, "ray" if executor else "duckdb")
+    except TelemetryError as err:
+        raise DiagnoseError(f"nothing diagnosed: {err}") from None
+    finally:
+        view.close()
+    result.catalog = cat
     return result

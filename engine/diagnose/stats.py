@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+import math
 
 import numpy as np
 from scipy import ndimage
@@ -76,8 +77,51 @@ def centred_trimmed_mean(x: np.ndarray, window: int, trim: float) -> np.ndarray:
         return smooth(x, window)
     lo = window // 2
     padded = np.pad(np.asarray(x, dtype=np.float64), (lo, window - 1 - lo), mode="edge")
-    win = np.sort(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
-    return win[:, k:window - k].mean(axis=1)
+    if window > _SORTED_WINDOW:
+        return _sliding_trimmed_mean(padded, x.size, window, k)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, window)
+    out = np.empty(x.size)
+    rows = max(1, (1 << 22) // window)  # a block of windows at a time: memory does not grow with window × steps
+    for a in range(0, x.size, rows):
+        part = np.partition(windows[a:a + rows], (k, window - k - 1), axis=1)
+        out[a:a + rows] = part[:, k:window - k].mean(axis=1)
+    return out
+
+
+_SORTED_WINDOW = 512
+"""Above this window a sorted window slides (one removal and one insertion per point) instead of each window
+being partitioned anew: O(n · window) memory moves in C instead of O(n · window) comparisons in numpy."""
+
+
+def _sliding_trimmed_mean(padded: np.ndarray, n: int, window: int, k: int) -> np.ndarray:
+    """The trimmed means of a sorted window sliding over ``padded``: the sums of its k smallest and k largest
+    values follow each removal and insertion (one value crosses each boundary at most), recomputed exactly every
+    1024 points so rounding does not drift."""
+    values = padded.tolist()
+    win = sorted(values[:window])
+    out = np.empty(n)
+    mid = window - 2 * k
+    total, low, high = math.fsum(win), math.fsum(win[:k]), math.fsum(win[window - k:])
+    out[0] = (total - low - high) / mid
+    for i in range(1, n):
+        gone, new = values[i - 1], values[i + window - 1]
+        j = bisect.bisect_left(win, gone)
+        del win[j]
+        if j < k:
+            low += win[k - 1] - gone
+        if j >= window - k:
+            high += win[window - k - 1] - gone
+        j = bisect.bisect_right(win, new)
+        win.insert(j, new)
+        if j < k:
+            low += new - win[k]
+        if j >= window - k:
+            high += new - win[window - k - 1]
+        total += new - gone
+        if i % 1024 == 0:
+            total, low, high = math.fsum(win), math.fsum(win[:k]), math.fsum(win[window - k:])
+        out[i] = (total - low - high) / mid
+    return out
 
 
 def runs_start(mask: np.ndarray, min_len: int) -> np.ndarray:
@@ -166,39 +210,6 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     if sx == 0 or sy == 0:
         return 0.0
     return float(np.mean((rx - rx.mean()) * (ry - ry.mean())) / (sx * sy))
-
-
-def dixon_low(mat: np.ndarray, critical: Mapping[int, float]) -> np.ndarray:
-    """Per column of ``mat`` (ranks × instances): index of the low outlier by Dixon's test, or −1.
-
-    Ratio variants as msprof-analyze's slow_rank recipe: r10 for n ≤ 7, r11 for n ≤ 10, r21 for
-    n ≤ 13, r22 above; the critical value for n comes from ``critical``. Columns with ≤ 3 distinct
-    values are not judged.
-    """
-    n = mat.shape[0]
-    out = np.full(mat.shape[1], -1, dtype=np.int64)
-    if n < 3 or n not in critical or mat.shape[1] == 0:
-        return out
-    order = np.argsort(mat, axis=0, kind="stable")
-    s = np.take_along_axis(mat, order, axis=0)
-    lo2, hi = (1, n - 1) if n <= 7 else (1, n - 2) if n <= 10 else (2, n - 2) if n <= 13 else (2, n - 3)
-    den = s[hi] - s[0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(den > 0, (s[lo2] - s[0]) / den, 0.0)
-    distinct = 1 + np.count_nonzero(np.diff(s, axis=0) > 0, axis=0)
-    hit = (ratio > critical[n]) & (distinct > 3)
-    out[hit] = order[0, hit]
-    return out
-
-
-def sigma_low(mat: np.ndarray, k: float) -> np.ndarray:
-    """Per column: the lowest rank when it lies below mean − k·σ, or when some rank exceeds mean + k·σ."""
-    mean, std = mat.mean(axis=0), mat.std(axis=0)
-    lo, hi = mat.min(axis=0), mat.max(axis=0)
-    hit = (std > 0) & ((lo < mean - k * std) | (hi > mean + k * std))
-    out = np.full(mat.shape[1], -1, dtype=np.int64)
-    out[hit] = np.argmin(mat, axis=0)[hit]
-    return out
 
 
 def downsample(steps: np.ndarray, values: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:

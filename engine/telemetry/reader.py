@@ -77,11 +77,16 @@ def _check_fragment(fragment: ds.ParquetFileFragment) -> None:
         physical = fragment.physical_schema
     except (pa.ArrowException, OSError) as err:
         raise TelemetryError(fragment.path, f"corrupt Parquet part: {err}") from None
+    check_part_schema(fragment.path, physical)
+
+
+def check_part_schema(path: str, physical: pa.Schema) -> None:
+    """Raise TelemetryError naming the part when a column is missing or has a wrong type."""
     for want in SCHEMA:
         if want.name not in physical.names:
             if want.name == "rank":
                 continue  # supplied by the hive partition
-            raise TelemetryError(fragment.path, f"column {want.name!r} is missing")
+            raise TelemetryError(path, f"column {want.name!r} is missing")
         got = physical.field(want.name).type
         expected = want.type.value_type if pa.types.is_dictionary(want.type) else want.type
         if pa.types.is_dictionary(got):
@@ -89,15 +94,18 @@ def _check_fragment(fragment: ds.ParquetFileFragment) -> None:
         ok = (got == expected or (pa.types.is_string(expected) and pa.types.is_large_string(got))
               or (pa.types.is_integer(expected) and pa.types.is_integer(got)))
         if not ok:
-            raise TelemetryError(fragment.path, f"column {want.name!r} has type {got}, expected {expected}")
+            raise TelemetryError(path, f"column {want.name!r} has type {got}, expected {expected}")
 
 
-def telemetry_dataset(run_dir: str | Path) -> ds.FileSystemDataset:
-    """The run's Parquet dataset with the telemetry schema (nothing read yet)."""
+def telemetry_dataset(run_dir: str | Path, parts: Iterable[str] | None = None) -> ds.FileSystemDataset:
+    """The run's Parquet dataset with the telemetry schema (nothing read yet); only ``parts`` when given."""
     root = Path(run_dir) / TELEMETRY_DIR
     if not root.is_dir():
         raise TelemetryError(root, "telemetry directory not found")
     try:
+        if parts is not None:  # in the order discovery gives (by path), so rows come in the same order
+            return ds.dataset(sorted(parts), format="parquet", schema=SCHEMA, partitioning=_PARTITIONING,
+                              partition_base_dir=str(root))
         return ds.dataset(root, format="parquet", schema=SCHEMA, partitioning=_PARTITIONING)
     except (pa.ArrowException, OSError) as err:
         raise TelemetryError(root, f"cannot open telemetry dataset: {err}") from err
@@ -106,13 +114,17 @@ def telemetry_dataset(run_dir: str | Path) -> ds.FileSystemDataset:
 def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | None = None,
                    metrics: str | Iterable[str] | None = None, entities: str | Iterable[str] | None = None,
                    steps: StepFilter = None, ranks: int | Iterable[int] | None = None,
-                   columns: Iterable[str] | None = None, aliases: bool = True) -> Telemetry:
+                   columns: Iterable[str] | None = None, aliases: bool = True,
+                   alias_plan: Any = None, parts: Iterable[str] | None = None) -> Telemetry:
     """Load the rows of a run that match every given filter.
 
     ``steps``: an int, a ``range``/``slice`` (half-open), or an iterable of step numbers. ``run.json`` is read
     when present (a malformed one raises); without it the metadata holds only what the rows tell.
     ``aliases``: metric spellings of the knowledge base are read as their canonical names (and dimensions;
     see :mod:`~debugtune.engine.telemetry.aliases`), and ``metrics`` may name either; False reads names as stored.
+    ``alias_plan``: the run's :class:`~debugtune.engine.telemetry.aliases.AliasPlan` when the caller has it (from
+    the catalog), so the whole run's metric column is not read to make it. ``parts``: only these Parquet parts
+    hold rows that can match (from the catalog).
     """
     from debugtune.engine.telemetry.aliases import AliasPlan  # not at import: it is also a command
 
@@ -128,12 +140,12 @@ def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | Non
         if not meta:
             raise TelemetryError(run_dir, "neither telemetry/ nor run.json found (not a debugtune run directory?)")
         return Telemetry(SCHEMA.empty_table().select(cols), meta)
-    dataset = telemetry_dataset(run_dir)
+    dataset = telemetry_dataset(run_dir, parts)
     dims = _names(dimensions)
     if dims is not None and set(dims) >= set(METRICS):
         dimensions = dims = None  # every dimension the writer accepts: no filter
-    plan = None
-    if aliases and any(f is not None for f in (dimensions, metrics, entities, steps, ranks)):
+    plan = alias_plan if aliases else None
+    if plan is None and aliases and any(f is not None for f in (dimensions, metrics, entities, steps, ranks)):
         everything = list(dataset.get_fragments())  # the renaming is decided on the whole run
         for fragment in everything:
             _check_fragment(fragment)
@@ -147,7 +159,7 @@ def read_telemetry(run_dir: str | Path, *, dimensions: str | Iterable[str] | Non
             into = into | ds.field("metric").isin(moved)
         expr = into if expr is None else expr & into
     fragments = list(dataset.get_fragments(filter=expr))
-    if plan is None:  # else checked above
+    if plan is None or alias_plan is not None:  # else checked above
         for fragment in fragments:
             _check_fragment(fragment)
     needed = cols if not aliases else list(dict.fromkeys([*cols, "metric", "dimension"]))

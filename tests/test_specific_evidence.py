@@ -156,18 +156,17 @@ def test_generic_answers_of_a_run_that_measured_nothing_specific_stay_low(model,
     assert probed.specificity["LearningRateTooHigh"].measurable  # a probed run judges the update ratio
 
 
-def test_an_answer_in_a_run_unlike_its_calibrated_runs_is_not_shown_as_certain(model, th):
+def test_an_answer_in_a_run_unlike_its_calibrated_runs_says_so(model, th):
     """Specific evidence decides, but where no calibration profile of the cause judged what this run judged (a loop
-    that logs what no calibrated program logged) the confidence is the links' estimate, not a measured rate: it is
-    held under the ceiling and the basis gives the overlap."""
+    that logs what no calibrated program logged) the basis says the confidence is the links' estimate and gives the
+    overlap."""
     findings = [*_generic_lr_findings(), f("StaleGradients", onset=1, dimension="gradient", grad_cos_prev=0.99)]
     profile = {sym: 0.9 for sym in ("StaleGradients", "AnotherSymptomNobodyJudged", "AndAThird", "AndAFourth",
                                      "AndAFifth", "AndASixth", "AndASeventh", "AndAnEighth", "AndANinth")}
     odd = dataclasses.replace(model, profiles={**model.profiles, "MissingZeroGrad": [profile]})
     r = top(odd, th, findings, DENSE)
     x = r.specificity["MissingZeroGrad"]
-    assert x.decides and not x.familiar and not x.certain
+    assert x.decides and not x.familiar and x.certain
     lead = r.hypotheses[0]
-    assert lead.cause == "MissingZeroGrad" and lead.confidence <= th["infer.unspecific_ceiling"] + 1e-9
-    assert "no calibrated run" in lead.basis
-    assert top(model, th, findings, DENSE).specificity["MissingZeroGrad"].certain
+    assert lead.cause == "MissingZeroGrad" and "no calibrated run" in lead.basis and "overlap" in lead.basis
+    assert "no calibrated run" not in top(model, th, findings, DENSE).hypotheses[0].basis

@@ -22,8 +22,10 @@
   output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;
   ConvNd: the channel dim) exactly zero for every sample; ``act_in_sat_frac`` when the whole input lies in
   [-1, 1] with fewer exact zeros than ``probe.bounded_max_zero_frac`` (a sigmoid/tanh output, not a ReLU): the
-  share within ``probe.bounded_sat_band`` of the bounds (±1 when it has negative values, else 0 and 1). These
-  see activations applied functionally (``F.relu``, ``torch.sigmoid``) that hooks on activation modules miss.
+  share within ``probe.bounded_sat_band`` of the bounds (±1 when it has negative values, else 0 and 1), and
+  ``act_in_slope``, the mean slope of the activation that made it (1 - y² with negative values, else y(1 - y)),
+  from the same moments. These see activations applied functionally (``F.relu``, ``torch.sigmoid``) that hooks
+  on activation modules miss.
 - **Forward order**: the layer entities in the order their forward first ran (until the first optimizer step).
 
 Only forwards with autograd enabled count (evaluation under ``no_grad`` is not the training's signal); values
@@ -393,7 +395,8 @@ class ForwardEvidence:
 
     def _take_layers(self, rows: StepRows) -> None:
         got: dict[str, tuple[list[str], list[float]]] = {m: ([], []) for m in
-                                                         ("act_out_std", "act_in_dead_frac", "act_in_sat_frac")}
+                                                         ("act_out_std", "act_in_dead_frac", "act_in_sat_frac",
+                                                          "act_in_slope")}
 
         def put(metric: str, name: str, value: float | None) -> None:
             if value is not None:
@@ -406,19 +409,33 @@ class ForwardEvidence:
             if sig.alive is not None and sig.alive.numel():
                 put("act_in_dead_frac", name, 1.0 - float(sig.alive.double().mean()))
             put("act_in_sat_frac", name, self._saturation(sig))
+            put("act_in_slope", name, self._slope(sig))
             sig.reset()
         for metric, (names, values) in got.items():
             if names:
                 rows.add("gradient", metric, names, values)
 
+    def _bounded(self, inp: Moments) -> bool:
+        """Whether a layer's input looks like a sigmoid's or tanh's output: all within [-1, 1], few exact zeros."""
+        if self.band is None or self.max_zero is None or inp.n == 0:
+            return False
+        return not (inp.lo < -1.0 or inp.hi > 1.0 or inp.zeros / inp.n >= self.max_zero)
+
     def _saturation(self, sig: LayerSignal) -> float | None:
         inp = sig.inp
-        if self.band is None or self.max_zero is None or inp.n == 0:
-            return None
-        if inp.lo < -1.0 or inp.hi > 1.0 or inp.zeros / inp.n >= self.max_zero:
+        if not self._bounded(inp):
             return None
         near = sig.near if inp.lo < 0 else sig.near + sig.low
         return near / inp.n
+
+    def _slope(self, sig: LayerSignal) -> float | None:
+        """The mean slope of the activation that made a bounded input, from its moments alone: a tanh's 1 - y²
+        where the input has negative values, else a sigmoid's y(1 - y) (as ``act_slope`` reads at modules)."""
+        inp = sig.inp
+        if not self._bounded(inp):
+            return None
+        mean_sq = inp.ss / inp.n
+        return max(1.0 - mean_sq if inp.lo < 0 else inp.s / inp.n - mean_sq, 0.0)
 
     def report(self) -> dict[str, Any]:
         return {"input": dict(self.input_kind), "forward_order": list(self.order),

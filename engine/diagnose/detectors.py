@@ -53,7 +53,7 @@ DETECTORS: tuple[Detector, ...] = (
              grad.dead_outputs, grad.gradient_data),
     Detector("gradient.saturation", "ActivationSaturation", G, (("act_in_sat_frac", "act_sat_frac"),),
              (*_GP, "gradient.saturation.*"), grad.saturation, grad.gradient_data),
-    Detector("gradient.activation_slope", "BoundedActivationsAttenuate", G, (("act_slope",),),
+    Detector("gradient.activation_slope", "BoundedActivationsAttenuate", G, (("act_slope", "act_in_slope"),),
              (*_GP, "gradient.activation_slope.*"), grad.activation_slope, grad.gradient_data,
              signature_of=("SaturatingActivations",)),
     Detector("gradient.noise", "GradientNoiseDominated", G, (("grad_cos_prev",),),

@@ -479,34 +479,43 @@ def activation_slope(ctx: Context, data: GradientData, out: Emit) -> None:
     """Hidden bounded activations (sigmoid, tanh …, those a weight layer follows) whose mean slope at the inputs they
     receive stays at or below ``gradient.activation_slope.max``: each passes on at most that share of the signal,
     forward and backward. A sigmoid's steepest slope is 1/4 (LeCun et al. 1998), so any hidden sigmoid does; a tanh
-    does once driven into its tails. Judged where the probe listed the hidden bounded activations (``run.json``:
-    ``probe.hidden_bounded``); a model with none is judged and shows none."""
+    does once driven into its tails. Read at the activation modules the probe listed as hidden (``act_slope``,
+    ``run.json`` ``probe.hidden_bounded``), else at the inputs of the layers they feed (``act_in_slope``, which sees
+    ``torch.sigmoid`` applied functionally; the first layer's input is the data and is left out). Half or more of
+    them must show it; a model with none is judged and shows none."""
     th = ctx.th
-    probe = ctx.view.meta.get("probe") or {}
-    hidden = probe.get("hidden_bounded")
-    if not isinstance(hidden, list):
-        raise NotJudged("run.json does not list the model's hidden bounded activations (probe.hidden_bounded)")
-    if not hidden:
+    hidden = (ctx.view.meta.get("probe") or {}).get("hidden_bounded")
+    if ctx.view.has("act_slope") and isinstance(hidden, list) and hidden:
+        metric, grid = "act_slope", ctx.view.by_entity("act_slope")
+        names = [str(x) for x in grid.labels]
+        order = layer_order(ctx.view, [n for n in names if n in hidden])
+    elif ctx.view.has("act_in_slope"):
+        metric, grid = "act_in_slope", _consumer_grid(ctx, "act_in_slope")
+        names = [str(x) for x in grid.labels]
+        order = layer_order(ctx.view, [n for n in names if n])
+    elif isinstance(hidden, list):
         return
-    grid = ctx.view.by_entity("act_slope")
-    need_steps(ctx, grid.steps, "act_slope")
+    else:
+        raise NotJudged("run.json does not list the model's hidden bounded activations (probe.hidden_bounded)")
+    if not order:
+        return
+    need_steps(ctx, grid.steps, metric)
     limit = th["gradient.activation_slope.max"]
     persist, need = ctx.persist("gradient.persist_steps", grid.steps), th["gradient.persist_frac"]
-    names = [str(x) for x in grid.labels]
     rows = []
-    for name in layer_order(ctx.view, [n for n in names if n in hidden]):
+    for name in order:
         v = ffill(grid.values[names.index(name)])
         mask = v <= limit
         start = first_run(mask, persist)
         if start is not None and mask[start:].mean() >= need:
             rows.append((name, start, float(np.median(v[start:]))))
-    if not rows or len(rows) * 2 < len(hidden):
+    if not rows or len(rows) * 2 < len(order):
         return
     name, start, level = min(rows, key=lambda r: r[1])
     out.add(make_finding(
         "BoundedActivationsAttenuate", DIM, name, grid.steps, start, grid.steps.size - 1,
         severity(limit / max(level, 1e-9), 1.0, 1.0 / max(limit, 1e-9) ** 2),
-        {"act_slope": level, "threshold": limit, "modules_affected": len(rows), "hidden_bounded": len(hidden)},
+        {metric: level, "threshold": limit, "modules_affected": len(rows), "hidden_bounded": len(order)},
         "gradient.activation_slope", start + persist - 1), (grid.steps, ffill(grid.values[names.index(name)])))
 
 

@@ -175,7 +175,8 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "BoundedActivationsAttenuate": lambda f: (f"{int(_g(f.evidence, 'modules_affected'))} of "
                                               f"{int(_g(f.evidence, 'hidden_bounded'))} hidden bounded activations "
                                               f"(first {f.entity}) passed on a mean slope of "
-                                              f"{_g(f.evidence, 'act_slope'):.2f} from step {f.onset_step}"),
+                                              f"{_g(f.evidence, 'act_slope', _g(f.evidence, 'act_in_slope')):.2f} "
+                                              f"from step {f.onset_step}"),
     "GradientNoiseDominated": lambda f: (f"consecutive gradients pointed in unrelated directions (mean cosine "
                                          f"{_g(f.evidence, 'grad_cos_mean'):+.2f}) before the loss had made half of "
                                          f"its progress"),

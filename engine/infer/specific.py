@@ -57,9 +57,8 @@ class Specificity:
 
     @property
     def certain(self) -> bool:
-        """Whether it decides on evidence no unruled rival shares, in a run like those its calibration measured: only
-        then may it be shown above the ceiling."""
-        return bool(self.present) and not self.against and self.familiar
+        """Whether it decides on evidence no unruled rival shares: only then may it be shown above the ceiling."""
+        return bool(self.present) and not self.against
 
     @property
     def discounts(self) -> bool:
@@ -67,16 +66,20 @@ class Specificity:
         fault by definition or harm to the outcome was seen."""
         return self.decides and (self.sufficient or bool(self.harm))
 
+    def unfamiliar_note(self) -> str:
+        """Where no calibration profile of the cause judged what this run judged, the confidence rests on the
+        knowledge base's links, not on rates measured on runs like this one: the report says so."""
+        if self.familiar:
+            return ""
+        return (f"; no calibrated run of this cause judged what this run judged (best overlap "
+                f"{self.familiarity or 0.0:.2f}): the confidence is the knowledge base's estimate, not a measured rate")
+
     def basis(self, ceiling: float) -> str:
         """One sentence for the report: why the confidence is what it is."""
         if self.against:
             return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
-        if self.present and not self.familiar:
-            return (f"specific evidence: {', '.join(self.present)}; but no calibrated run of this cause judged what "
-                    f"this run judged (best overlap {self.familiarity or 0.0:.2f}): its confidence is not a measured "
-                    f"rate here, shown at most {ceiling:.2f}")
         if self.present:
-            return f"specific evidence: {', '.join(self.present)}"
+            return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()
         if self.rivals:
             why = ", ".join(f"{s} also by {c}" for s, c in self.rivals)
             return (f"its specific evidence is shared with a cause this run cannot rule out ({why}: none of that "

@@ -36,6 +36,7 @@ GRADIENT_METRICS = {
     "act_zero_frac": "fraction of zero activations (entity: activation module)",
     "act_sat_frac": "fraction of saturated activations (sigmoid/tanh near their bounds)",
     "act_slope": "mean derivative of a bounded activation at the inputs it received (sigmoid y(1-y), tanh 1-y^2)",
+    "act_in_slope": "mean slope of the activation that made a weight layer's bounded input (from its moments)",
     "router_grad_norm": "L2 norm of the router (gate) weight gradient (entity: router module path)",
     # added by the importers (issue 3)
     "act_norm": "L2 norm of a module's activations (entity: '<module>.<input|output>'; msprobe actv)",

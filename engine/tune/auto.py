@@ -252,7 +252,8 @@ def joint_history(history: History, space: SearchSpace, targets: Targets | None)
     return History(tuple(tasks), tuple(rows(history.prior)), history.skipped)
 
 
-def _run_dir(store: Store, run_id: str, given: str | None) -> str | None:
+def run_directory(store: Store, run_id: str, given: str | None) -> str | None:
+    """The run's directory: ``given``, else the one stored for it (``dt:runDir``), else None."""
     if given:
         return given
     for r in runs(store):
@@ -273,7 +274,7 @@ def with_run_trial(store: Store, run_id: str, trial: TrialFunction | None,
     if trial is not None:
         return trial, replace(spec, objectives=spec.objectives or (Objective("loss"),),
                               multi_objective=bool(spec.multi_objective))
-    run_dir = _run_dir(store, run_id, spec.run_dir)
+    run_dir = run_directory(store, run_id, spec.run_dir)
     declared = find_run_trial(run_dir)
     if declared is None:
         where = f" ({Path(run_dir) / RUN_CHECKPOINT} does not exist)" if run_dir else " (no run directory known)"
@@ -307,7 +308,7 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
         from debugtune.engine.tune.replay import Checkpoint  # needs torch
 
         replay_ref = str(Checkpoint.load(spec.checkpoint).path)
-    cost = run_cost(_run_dir(store, run_id, spec.run_dir))
+    cost = run_cost(run_directory(store, run_id, spec.run_dir))
     budget = Budget.parse(spec.budget).resolve(cost, run_id) if spec.budget else None
     names = [o.name for o in spec.objectives]
     targets = spec.targets

@@ -9,7 +9,8 @@ its diagnosis (`diagnosis_targets`: utilisation std, cross-cabinet share, loss a
 trial replays 32 steps from that point (about 1% of the training each).
 
 History: related runs (seeds 1 and 2, and a wider model, seed 3) are trained and diagnosed into the graph and tuned
-there by the cold tuner (``--history`` experiments each, recorded): what earlier incidents left behind. The
+there by the cold tuner until their targets are met (at most ``--history`` experiments, recorded): what earlier,
+solved incidents left behind. The
 targets are other seeds and sizes (``--first-seed`` on, every third one with the wider feed-forward).
 
 For each target, the same trial and the same joint space (the remedies of ``REMEDIES``) under every arm:
@@ -66,6 +67,9 @@ REMEDIES = ("RouterInitRescale", "AddLocalityLoss", "RaiseLearningRate", "RaiseR
 (GateInitBias), the locality remedy for the cross-cabinet finding, a higher learning rate for the re-initialised
 router, top-2 routing and the balancing coefficient. The run's own ranking (``--suggestions 1,2,3``) gives
 RouterInitRescale, RouterRebalance and CapExpertCapacity, whose union cannot touch the cross-cabinet share."""
+CHAIN_SYMPTOMS = ("ExpertImbalance", "CrossCabinetTraffic")
+"""The findings of the story's chain whose thresholds are targets (with the loss margin): the same targets for
+every run, whichever of them its own diagnosis reached over its whole training."""
 WIDE = {"d_ff": 64}
 """A second model size: related run seed 3 and every third target use it."""
 ARMS = ("transfer BO", "cold BO", "Optuna TPE", "random", "manual (KB order)")
@@ -79,13 +83,15 @@ def _fresh_store() -> Store:
 
 
 def prepare(store: Store, work: Path, seed: int, changes: Mapping[str, Any],
-            steps: int | None = None) -> tuple[str, RunTrial, Targets]:
-    """Train a chain run, diagnose it into ``store``, record its replay point; its trial and targets."""
+            steps: int | None = None) -> tuple[str, RunTrial, Targets, list[str]]:
+    """Train a chain run, diagnose it into ``store``, record its replay point: its trial, the story's targets
+    (`diagnosis_targets` of the chain's symptoms) and the chain's symptoms its own diagnosis found."""
     run_dir = work / f"chain-{seed}"
     train_chain(seed_chain(seed, **changes), run_dir, run_id=run_dir.name, steps=steps)
     report = diagnose(run_dir, store=store, save=False)
     trial = record_replay_point(run_dir, REPLAY_STEP)
-    return report.run, trial, diagnosis_targets(store, {f.symptom for f in report.findings})
+    found = sorted({f.symptom for f in report.findings} & set(CHAIN_SYMPTOMS))
+    return report.run, trial, diagnosis_targets(store, CHAIN_SYMPTOMS), found
 
 
 def _spec(trial: RunTrial, targets: Targets, *, seed: int, cap: int, transfer: bool = True,
@@ -177,7 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--cap", type=int, default=30)
-    ap.add_argument("--history", type=int, default=12, help="experiments the cold tuner runs on each related run")
+    ap.add_argument("--history", type=int, default=40,
+                    help="the most experiments the cold tuner runs on each related run (it stops at the targets)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (default the scenario's 3,000)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     store = _fresh_store()
     related = []
     for seed, changes in ((1, {}), (2, {}), (3, WIDE)):
-        run, trial, targets = prepare(store, work, seed, changes, args.steps)
+        run, trial, targets, _found = prepare(store, work, seed, changes, args.steps)
         res = auto_tune(store, run, None, _spec(trial, targets, seed=seed, cap=args.history, transfer=False,
                                                 record=True))
         related.append((run, work / run))
@@ -196,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows = []
     for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
         changes = WIDE if i % 3 == 2 else {}
-        run, trial, targets = prepare(store, work, seed, changes, args.steps)
+        run, trial, targets, found = prepare(store, work, seed, changes, args.steps)
         fn = trial.load().fn
 
         def call(p: Mapping[str, Any], fn: Any = fn, trial: RunTrial = trial) -> dict[str, float]:
@@ -222,12 +229,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         run_cost = arms["cold BO"]["run_cost"]
         for a in arms.values():
             a["share"] = a["cost"] / run_cost if run_cost else None
-        row = {"seed": seed, "size": "wide" if changes else "base", "targets": str(targets),
+        row = {"seed": seed, "size": "wide" if changes else "base", "targets": str(targets), "diagnosed": found,
                "before": {k: before.get(k) for k in targets.metrics}, "arms": arms,
                "needs_search": {"experiments": checked, "one_shot": [o.__dict__ for o in one_shot]},
                "history_tasks": arms["transfer BO"]["history"]}
         rows.append(row)
-        print(f"target seed {seed} ({row['size']}): before " + ", ".join(
+        named = ", ".join(found) or "none of the chain"
+        print(f"target seed {seed} ({row['size']}; diagnosed {named}): before " + ", ".join(
             f"{k} {v:.3g}" for k, v in row["before"].items() if v is not None) + " | " + ", ".join(
             f"{k} {v['experiments'] or '-'}" for k, v in arms.items()) +
             f" | single remedies: {checked} experiments, {len(one_shot)} reach every target", flush=True)

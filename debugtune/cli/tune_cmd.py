@@ -107,6 +107,9 @@ def auto(
     suggestions: Annotated[str | None, typer.Option(
         "--suggestions", help="Tune several of the run's applicable suggestions together, by rank: 1,2,3 (their "
                               "parameters' union; targets from the diagnosis unless --target-set or -o).")] = None,
+    remedies: Annotated[str | None, typer.Option(
+        "--remedies", help="Tune several remedies together, by id: A,B,C (their parameters' union; targets from "
+                           "the diagnosis unless --target-set or -o).")] = None,
     target_set: Annotated[list[str] | None, typer.Option(
         "--target-set", help="Joint targets, METRIC<=BOUND (repeat or comma-separate), or 'diagnosis': the "
                              "knowledge base's bounds for the run's findings. Stops when every one is met.")] = None,
@@ -153,8 +156,11 @@ def auto(
     if trial is not None and trial_fn is not None:
         fail("give at most one of --trial CMD and --trial-fn module:function")
     ranks = _ranks(suggestions)
+    named = tuple(r.strip() for r in (remedies or "").split(",") if r.strip())
+    if sum(map(bool, (remedy, top_suggestion, ranks, named))) > 1:
+        fail("give one of --remedy ID, --top-suggestion, --suggestions 1,2,3 and --remedies A,B")
     objectives = tuple(Objective.parse(o) for o in objective or ())
-    if ranks and not target_set and not objectives:
+    if (ranks or named) and not target_set and not objectives:
         target_set = ["diagnosis"]
     fn = CommandTrial(trial, timeout_s=timeout) if trial is not None else \
         load_callable(trial_fn) if trial_fn is not None else None
@@ -162,7 +168,8 @@ def auto(
                     multi_objective=multi_objective, strategy="bayesian" if bayesian else "random",
                     checkpoint=checkpoint, max_experiments=max_experiments, budget=budget, parallel=parallel,
                     seed=seed, patience=patience, min_improvement=min_improvement, target=target, timeout_s=timeout,
-                    executor=executor, similarity=similarity, run_dir=run_dir, record=record, suggestions=ranks)
+                    executor=executor, similarity=similarity, run_dir=run_dir, record=record, suggestions=ranks,
+                    remedies=named)
     names: list[str] = [o.name for o in objectives]
     progress = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=json_out)

@@ -196,3 +196,32 @@ def needs_search(trial: Callable[[Mapping[str, Any]], Mapping[str, float]],
             if met(values):
                 found.append(OneShot(remedy, dict(config), values))
     return n, found
+
+
+def tpe_search(space: Any, objective: Callable[[dict[str, Any]], float], *, seed: int, cap: int,
+               target: float) -> int | None:
+    """Optuna's TPE sampler (the ``bench`` extra) minimising ``objective`` over ``space`` (a `SearchSpace`): the
+    experiments until it first reaches ``target`` (None: not within ``cap``). A parameter with a grid of allowed
+    values is searched over that grid; a non-finite value counts as the worst."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    for n in range(1, cap + 1):
+        trial = study.ask()
+        params: dict[str, Any] = {}
+        for p in space.parameters:
+            if p.kind == "categorical":
+                params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+            elif p.choices:
+                values = sorted({float(c) if p.kind == "continuous" else int(float(c)) for c in p.choices})
+                params[p.name] = trial.suggest_categorical(p.name, values)
+            elif p.kind == "integer":
+                params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.scale == "log")
+            else:
+                params[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.scale == "log")
+        value = objective(params)
+        study.tell(trial, value if math.isfinite(value) else 1e300)
+        if math.isfinite(value) and value <= target:
+            return n
+    return None

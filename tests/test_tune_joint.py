@@ -7,6 +7,7 @@ its diagnosis."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -34,18 +35,20 @@ def _param(name, low, high, default, scale="linear", kind="continuous"):
     return TuningParameter(name=name, kind=kind, scale=scale, low=low, high=high, default=default, choices=())
 
 
-def test_the_violation_is_the_largest_relative_excess_and_not_above_zero_only_when_all_are_met():
+def test_the_violation_is_the_largest_log_ratio_to_a_bound_and_not_above_zero_only_when_all_are_met():
     t = Targets.parse(["util<=15, cross<=0.15", "gain>=2"])
     assert [str(x) for x in t.items] == ["util<=15", "cross<=0.15", "gain>=2"]
-    assert t.violation({"util": 30, "cross": 0.15, "gain": 3}) == pytest.approx(1.0)
-    assert t.violation({"util": 10, "cross": 0.3, "gain": 3}) == pytest.approx(1.0)
-    assert t.met({"util": 15, "cross": 0.1, "gain": 2}) and not t.met({"util": 15, "cross": 0.1, "gain": 1.9})
-    assert t.violation({"util": 10}) is None and t.violation({"util": 30}, partial=True) == pytest.approx(1.0)
+    assert t.violation({"util": 30, "cross": 0.15, "gain": 3}) == pytest.approx(math.log(2))
+    assert t.violation({"util": 10, "cross": 0.3, "gain": 1}) == pytest.approx(math.log(2))  # twice over, either way
+    assert t.met({"util": 15, "cross": 0.0, "gain": 2}) and not t.met({"util": 15, "cross": 0.1, "gain": 1.9})
+    assert t.violation({"util": 10}) is None and t.violation({"util": 30}, partial=True) == pytest.approx(math.log(2))
     assert VIOLATION in t.with_violation({"util": 1, "cross": 0.1, "gain": 5})
     with pytest.raises(TuneError, match="metric<=bound"):
         Targets.parse(["util < 15"])
     with pytest.raises(TuneError, match="twice"):
         Targets((Target("a", 1.0), Target("a", 2.0)))
+    with pytest.raises(TuneError, match="positive"):
+        Targets.parse(["loss<=0"])
 
 
 def test_the_manual_procedure_keeps_each_knobs_best_value_before_the_next():

@@ -1,13 +1,16 @@
 """Joint targets: several metrics, each with a bound, met together or not at all.
 
 A tuning whose fix must bring several findings back under their limits at once (the utilisation spread, the
-cross-cabinet share and the loss, say) searches one scalar, the *violation*: the largest relative excess over the
-bounds, ``max_i (value_i - bound_i) / |bound_i|`` for an upper bound (``metric<=bound``) and the mirror for a lower
-one. It is at most 0 exactly when every target is met, so "all targets reached" is the single-objective target
-0 that the tuner and the baselines already count experiments to, and a search that gets one figure under its
-bound by pushing another over it sees no progress. A history that reports only some of the metrics (a paper's
-ablation reports its quality, not our cross-cabinet share) gives the violation of what it reports: RGPE only
-uses the ranking of a task's experiments, and weighs a task by how well that ranking agrees with the target's.
+cross-cabinet share and the loss, say) searches one scalar, the *violation*: the largest log-ratio of a metric to
+its bound, ``max_i log(value_i / bound_i)`` for an upper bound (``metric<=bound``) and ``log(bound_i / value_i)`` for
+a lower one. It is at most 0 exactly when every target is met, so "all targets reached" is the single-objective
+target 0 that the tuner and the baselines already count experiments to, and a search that gets one figure under
+its bound by pushing another over it sees no progress. On the log, a figure twice its bound weighs the same
+whichever metric it is, and a trial that blows the loss up by orders of magnitude does not flatten, for the GP,
+every difference among the configurations near the bounds. Bounds and values are positive (a value at or below
+``FLOOR`` times its bound counts as that). A history that reports only some of the metrics (a paper's ablation
+reports its quality, not our cross-cabinet share) gives the violation of what it reports: RGPE only uses the
+ranking of a task's experiments, and weighs a task by how well that ranking agrees with the target's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from typing import Any
 from debugtune.engine.tune.data import Objective
 from debugtune.engine.tune.errors import TuneError
 
+FLOOR = 1e-6
+"""The smallest value-to-bound ratio the violation reads (a metric at 0 counts as a millionth of its bound)."""
 VIOLATION = "target_violation"
 """The name of the scalar the tuner minimises for joint targets (target 0: every target met)."""
 _TARGET = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
@@ -35,13 +40,13 @@ class Target:
     upper: bool = True
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.bound):
-            raise TuneError(f"target {self.metric}: the bound must be a finite number, got {self.bound!r}")
+        if not (math.isfinite(self.bound) and self.bound > 0):
+            raise TuneError(f"target {self.metric}: the bound must be a positive number, got {self.bound!r}")
 
     def excess(self, value: float) -> float:
-        """How far ``value`` is beyond the bound, relative to it (<= 0: met)."""
-        gap = value - self.bound if self.upper else self.bound - value
-        return gap / max(abs(self.bound), 1e-12)
+        """How far ``value`` is beyond the bound, as the log of their ratio (<= 0: met)."""
+        ratio = max(value / self.bound, FLOOR)
+        return math.log(ratio) if self.upper else -math.log(ratio)
 
     def __str__(self) -> str:
         return f"{self.metric}{'<=' if self.upper else '>='}{self.bound:g}"
@@ -82,7 +87,7 @@ class Targets:
         return Objective(VIOLATION)
 
     def violation(self, values: Mapping[str, float], *, partial: bool = False) -> float | None:
-        """The largest relative excess over the bounds; None when a metric is missing or not finite (with
+        """The largest excess over the bounds (`Target.excess`); None when a metric is missing or not finite (with
         ``partial``: over the metrics present, None when none is)."""
         excess = []
         for t in self.items:

@@ -8,9 +8,9 @@ given its replay point with ``cann-tune checkpoint RUN --step 250`` (`record_rep
 its diagnosis (`diagnosis_targets`: utilisation std, cross-cabinet share, loss against the healthy twin), its
 trial replays 32 steps from that point (about 1% of the training each).
 
-History: related runs (seeds 1 and 2, and a wider model, seed 3) are trained and diagnosed into the graph and tuned
-there by the cold tuner until their targets are met (at most ``--history`` experiments, recorded): what earlier,
-solved incidents left behind. The
+History: related runs (seeds 1 and 2, and a wider model, seed 3) are trained and diagnosed into the graph and solved
+there by random search, what an engineer without a tuner does, until their targets are met (at most ``--history``
+experiments, all recorded): what earlier, solved incidents left behind. The
 targets are other seeds and sizes (``--first-seed`` on, every third one with the wider feed-forward).
 
 For each target, the same trial and the same joint space (the remedies of ``REMEDIES``) under every arm:
@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--cap", type=int, default=30)
-    ap.add_argument("--history", type=int, default=40,
-                    help="the most experiments the cold tuner runs on each related run (it stops at the targets)")
+    ap.add_argument("--history", type=int, default=60,
+                    help="the most experiments random search runs on each related run (it stops at the targets)")
     ap.add_argument("--steps", type=int, default=None, help="training steps (default the scenario's 3,000)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -195,11 +195,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     related = []
     for seed, changes in ((1, {}), (2, {}), (3, WIDE)):
         run, trial, targets, _found = prepare(store, work, seed, changes, args.steps)
-        res = auto_tune(store, run, None, _spec(trial, targets, seed=seed, cap=args.history, transfer=False,
+        res = auto_tune(store, run, None, _spec(trial, targets, seed=seed, cap=args.history, strategy="random",
                                                 record=True))
         related.append((run, work / run))
-        print(f"history: {run} ({'wide' if changes else 'base'}) tuned cold, {len(res.result.trials)} experiments "
-              f"recorded, targets reached at {res.result.experiments_to_target(0.0) or '-'}", flush=True)
+        print(f"history: {run} ({'wide' if changes else 'base'}) searched at random, {len(res.result.trials)} "
+              f"experiments recorded, targets reached at {res.result.experiments_to_target(0.0) or '-'}", flush=True)
     rows = []
     for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
         changes = WIDE if i % 3 == 2 else {}

@@ -148,9 +148,12 @@ def test_shipped_histories_have_parameters_values_and_sources():
     assert len(ours) >= 7 and all(r["n"] >= 2 for r in ours)
     cf = {json.loads(r["params"])["capacity_factor"] for r in ours if r["remedy"].endswith("RaiseCapacityFactor")}
     assert cf == {1.0, 1.25, 2.0}
-    value = st.query("""SELECT ?v WHERE { ?e dt:parametersJson ?p ; dt:objective ?o . ?o dt:metricName
-        "neg_log_perplexity" ; dt:value ?v . FILTER(CONTAINS(?p, "1.25")) }""").scalar()
-    assert value == pytest.approx(-1.553)  # Switch Transformer, Table 1
+    value = st.query("""SELECT ?v WHERE { kb:case\\/Switch-CapacityFactor dt:hasExperiment ?e .
+        ?e dt:parametersJson ?p ; dt:objective ?o . ?o dt:metricName "neg_log_perplexity" ; dt:value ?v .
+        FILTER(CONTAINS(?p, "1.25")) }""").scalar()
+    assert value == pytest.approx(-1.553)  # Switch Transformer, Table 1 (Switch-Base; MoE-Base's -1.559 apart)
+    tables = {r["c"]: r["t"] for r in st.query("SELECT ?c ?t WHERE { ?c a dt:Case ; dt:sourceTable ?t }").dicts()}
+    assert len(tables) >= 4 and all(t.startswith("Table ") for t in tables.values())
 
 
 def test_cases_similar_to_shows_near_misses_when_none_passes(seed_run):

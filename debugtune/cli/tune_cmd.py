@@ -157,8 +157,6 @@ def auto(
         fail("give at most one of --trial CMD and --trial-fn module:function")
     ranks = _ranks(suggestions)
     named = tuple(r.strip() for r in (remedies or "").split(",") if r.strip())
-    if sum(map(bool, (remedy, top_suggestion, ranks, named))) > 1:
-        fail("give one of --remedy ID, --top-suggestion, --suggestions 1,2,3 and --remedies A,B")
     objectives = tuple(Objective.parse(o) for o in objective or ())
     if (ranks or named) and not target_set and not objectives:
         target_set = ["diagnosis"]

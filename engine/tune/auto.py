@@ -198,6 +198,8 @@ def choose_remedies(store: Store, run_id: str, spec: TuneSpec,
                     settable: tuple[str, ...] | None) -> tuple[list[Suggestion], tuple[Applicability, ...]]:
     """The remedies a session tunes: the one of `choose_remedy`, the ``remedies`` named, or the ``suggestions``
     ranks among the run's suggestions the trial can apply (passed over: the better-ranked ones it cannot)."""
+    if sum(map(bool, (spec.remedy, spec.top_suggestion, spec.suggestions, spec.remedies))) > 1:
+        raise TuneError("give exactly one of --remedy ID, --top-suggestion, --suggestions 1,2,3 and --remedies A,B")
     if spec.remedies:
         return [choose_remedy(store, run_id, r, False, settable)[0] for r in spec.remedies], ()
     if not spec.suggestions:

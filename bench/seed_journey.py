@@ -41,7 +41,7 @@ import math  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Callable, Mapping, Sequence  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -51,25 +51,17 @@ import torch  # noqa: E402
 from debugtune.api import diagnose  # noqa: E402
 from debugtune.engine.suggest import remedy_details  # noqa: E402
 from debugtune.engine.tune import TuneSpec, auto_tune  # noqa: E402
-from debugtune.engine.tune.baselines import coordinate_search, needs_search  # noqa: E402
-from debugtune.engine.tune.run_trial import RunTrial, record_replay_point  # noqa: E402
+from debugtune.engine.tune.baselines import needs_search  # noqa: E402
+from debugtune.engine.tune.run_trial import RunTrial  # noqa: E402
 from debugtune.engine.tune.space import SearchSpace  # noqa: E402
-from debugtune.engine.tune.targets import Targets, diagnosis_targets  # noqa: E402
+from debugtune.engine.tune.targets import Targets  # noqa: E402
+from debugtune.journey import CHAIN_REMEDIES, CHAIN_SYMPTOMS, chain_arms, chain_targets, replay_point  # noqa: E402
 from debugtune.kg import open_store  # noqa: E402
 from debugtune.kg.knowledge import load_knowledge  # noqa: E402
 from debugtune.kg.store import Store  # noqa: E402
 from debugtune.scenarios.moe_chain import seed_chain, train_chain  # noqa: E402
 
-REPLAY_STEP = 250
-"""The step ``cann-tune checkpoint --step`` is given: the last training checkpoint before the run had gone far."""
-REMEDIES = ("RouterInitRescale", "AddLocalityLoss", "RaiseLearningRate", "RaiseRouterTopK", "EnableAuxLoss")
-"""The joint space, in the order the manual procedure walks it: the top suggestion for the root cause
-(GateInitBias), the locality remedy for the cross-cabinet finding, a higher learning rate for the re-initialised
-router, top-2 routing and the balancing coefficient. The run's own ranking (``--suggestions 1,2,3``) gives
-RouterInitRescale, RouterRebalance and CapExpertCapacity, whose union cannot touch the cross-cabinet share."""
-CHAIN_SYMPTOMS = ("ExpertImbalance", "CrossCabinetTraffic")
-"""The findings of the story's chain whose thresholds are targets (with the loss margin): the same targets for
-every run, whichever of them its own diagnosis reached over its whole training."""
+REMEDIES = CHAIN_REMEDIES
 WIDE = {"d_ff": 64}
 """A second model size: related run seed 3 and every third target use it."""
 ARMS = ("transfer BO", "cold BO", "Optuna TPE", "random", "manual (KB order)")
@@ -89,9 +81,9 @@ def prepare(store: Store, work: Path, seed: int, changes: Mapping[str, Any],
     run_dir = work / f"chain-{seed}"
     train_chain(seed_chain(seed, **changes), run_dir, run_id=run_dir.name, steps=steps)
     report = diagnose(run_dir, store=store, save=False)
-    trial = record_replay_point(run_dir, REPLAY_STEP)
+    trial = replay_point(run_dir)
     found = sorted({f.symptom for f in report.findings} & set(CHAIN_SYMPTOMS))
-    return report.run, trial, diagnosis_targets(store, CHAIN_SYMPTOMS), found
+    return report.run, trial, chain_targets(store), found
 
 
 def _spec(trial: RunTrial, targets: Targets, *, seed: int, cap: int, transfer: bool = True,
@@ -106,33 +98,6 @@ def tuner_arm(store: Store, run: str, trial: RunTrial, targets: Targets, **kw: A
     n = res.result.experiments_to_target(0.0)
     return {"experiments": n, "cost": sum(t.cost for t in res.result.trials[:n]) if n else res.result.spent,
             "run_cost": res.run_cost, "history": len(res.history.tasks)}
-
-
-def tpe_arm(space: SearchSpace, call: Callable[[dict[str, Any]], dict[str, float]], targets: Targets, *,
-            seed: int, cap: int) -> dict[str, Any]:
-    """Optuna's TPE over the same space, minimising the same violation."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    cost = 0.0
-    for n in range(1, cap + 1):
-        t = study.ask()
-        params: dict[str, Any] = {}
-        for p in space.parameters:
-            if p.kind == "categorical":
-                params[p.name] = t.suggest_categorical(p.name, list(p.choices))
-            elif p.kind == "integer":
-                params[p.name] = t.suggest_int(p.name, int(p.low or 0), int(p.high or 0), log=p.scale == "log")
-            else:
-                params[p.name] = t.suggest_float(p.name, float(p.low or 0), float(p.high or 0), log=p.scale == "log")
-        values = call(params)
-        cost += values.get("cost", 0.0)
-        vio = targets.violation(values)
-        study.tell(t, vio if vio is not None else 1e3)
-        if vio is not None and vio <= 0:
-            return {"experiments": n, "cost": cost}
-    return {"experiments": None, "cost": cost}
 
 
 def mirrored_store(source: Store, related: Sequence[tuple[str, Path]], space: SearchSpace) -> Store:
@@ -212,13 +177,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         params = {r: remedy_details(store, r).parameters for r in REMEDIES}
         space = SearchSpace([p for ps in params.values() for p in ps])
         before = call({})
-        arms = {"transfer BO": tuner_arm(store, run, trial, targets, seed=seed, cap=args.cap),
-                "cold BO": tuner_arm(store, run, trial, targets, seed=seed, cap=args.cap, transfer=False),
-                "random": tuner_arm(store, run, trial, targets, seed=seed, cap=args.cap, strategy="random")}
-        arms["Optuna TPE"] = tpe_arm(space, call, targets, seed=seed, cap=args.cap)
-        manual = coordinate_search(lambda p, t=targets: t.with_violation(call(p)), list(space.parameters),
-                                   targets.objective, 0.0, cap=args.cap)
-        arms["manual (KB order)"] = {"experiments": manual.experiments, "cost": manual.cost}
+        arms = {"transfer BO": tuner_arm(store, run, trial, targets, seed=seed, cap=args.cap)}
+        arms.update({a: {"experiments": v["experiments"], "cost": v["cost_card_hours"]} for a, v in
+                     chain_arms(store, run, trial, targets, seed=seed, cap=args.cap).items()})
         mirror = mirrored_store(store, related, space)
         try:
             diagnose(work / f"chain-{seed}", store=mirror, save=False)
@@ -226,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             mirror.close()
         checked, one_shot = needs_search(call, params, targets.met)
-        run_cost = arms["cold BO"]["run_cost"]
+        run_cost = arms["transfer BO"]["run_cost"]
         for a in arms.values():
             a["share"] = a["cost"] / run_cost if run_cost else None
         row = {"seed": seed, "size": "wide" if changes else "base", "targets": str(targets), "diagnosed": found,
@@ -241,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f" | single remedies: {checked} experiments, {len(one_shot)} reach every target", flush=True)
     cap = args.cap
     table = {}
-    for a in (*ARMS, MISLEADING):
+    for a in (a for a in (*ARMS, MISLEADING) if all(a in r["arms"] for r in rows)):  # TPE: the bench extra
         got = [r["arms"][a]["experiments"] for r in rows]
         shares = [r["arms"][a]["share"] for r in rows if r["arms"][a]["experiments"] and r["arms"][a]["share"]]
         table[a] = {"median": _p(got, 50, cap), "p90": _p(got, 90, cap),
@@ -255,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{a:32s} {t['median']:>7g} {t['p90']:>5g} {t['within_5']:>6.0%} {t['reached']:>5d}/{len(rows):<2d} "
               f"{share:>11s}")
     tr = table["transfer BO"]["median"]
-    ratios = {a: table[a]["median"] / tr for a in ("manual (KB order)", "cold BO", "Optuna TPE") if tr}
+    ratios = {a: table[a]["median"] / tr for a in ("manual (KB order)", "cold BO", "Optuna TPE") if tr and a in table}
     print("transfer BO against: " + ", ".join(f"{a} {r:.2g}x" for a, r in ratios.items()))
     worse = [r["seed"] for r in rows if (r["arms"][MISLEADING]["experiments"] or cap + 1)
              > (r["arms"]["cold BO"]["experiments"] or cap + 1) + 2]

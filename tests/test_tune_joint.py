@@ -13,7 +13,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from debugtune.api import diagnose
 from debugtune.cli.apps import tune_app
 from debugtune.engine.suggest import remedy_details
 from debugtune.engine.tune import TuneError, TuneSpec, auto_tune, find_run_trial
@@ -26,6 +25,7 @@ from debugtune.kg.knowledge import load_knowledge
 from debugtune.kg.records import TuningParameter
 from debugtune.scenarios.moe import replay_trial, seed_scenario, train_moe
 from debugtune.scenarios.moe_chain import SAVE_EVERY, healthy_twin, seed_chain, train_chain
+from tests.diagnose_helpers import diagnosed_on_disk
 
 runner = CliRunner()
 CHAIN_REMEDIES = ("RouterInitRescale", "AddLocalityLoss", "RaiseLearningRate", "RaiseRouterTopK", "EnableAuxLoss")
@@ -108,19 +108,11 @@ def test_a_one_shot_remedy_fails_the_check_on_the_old_seed_scenario(tmp_path):
 @pytest.fixture(scope="module")
 def chain_run(tmp_path_factory):
     """A short seed chain run (its first two training checkpoints), diagnosed into an on-disk store."""
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("chain")
     run_dir = root / "chain-run"
-    train_chain(seed_chain(seed=1), run_dir, run_id="chain-run", steps=SAVE_EVERY + 40)
-    store_dir = root / "store"
-    st = open_store(str(store_dir))
-    try:
-        load_knowledge(st)
-        report = diagnose(run_dir, store=st, save=False)
-    finally:
-        st.close()
-    return {"dir": run_dir, "store": str(store_dir), "run": report.run,
-            "symptoms": {f.symptom for f in report.findings}}
+    store, run, report = diagnosed_on_disk(
+        root, run_dir, lambda d: train_chain(seed_chain(seed=1), d, run_id="chain-run", steps=SAVE_EVERY + 40))
+    return {"dir": run_dir, "store": store, "run": run, "symptoms": {f.symptom for f in report.findings}}
 
 
 def test_the_chain_run_declares_no_replay_point_until_the_checkpoint_command_records_one(chain_run):

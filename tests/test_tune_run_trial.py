@@ -31,6 +31,7 @@ from debugtune.scenarios.moe import (
     train_moe,
     train_step,
 )
+from tests.diagnose_helpers import diagnosed_on_disk
 
 runner = CliRunner()
 
@@ -38,19 +39,12 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def seed_run(tmp_path_factory):
     """The seed scenario (60 steps) trained with the probe into an on-disk store's run, diagnosed."""
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("seed")
     run_dir = root / "seed-run"
-    train_moe(seed_scenario(steps=60), run_dir, probe=True, run_id="seed-run")
-    store_dir = root / "store"
-    st = open_store(str(store_dir))
-    try:
-        load_knowledge(st)
-        report = diagnose(run_dir, store=st, save=False)
-    finally:
-        st.close()
+    store, run, report = diagnosed_on_disk(root, run_dir, lambda d: train_moe(seed_scenario(steps=60), d, probe=True,
+                                                                                run_id="seed-run"))
     assert report.hypotheses and report.hypotheses[0].cause == "GateInitBias"
-    return {"dir": run_dir, "store": str(store_dir), "run": report.run}
+    return {"dir": run_dir, "store": store, "run": run}
 
 
 def test_the_scenario_run_declares_its_trial_and_the_replay_reproduces_the_run(seed_run):

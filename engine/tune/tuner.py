@@ -5,9 +5,8 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 
 * Initial design. With history: first the historical configuration where the history's ensemble mean
   is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
-  task, most similar task first (a batch holds as many as it can; one experiment at a time, the design lasts
-  one experiment per task and the warm start, at most ``n_init``; a session that continues the target's own
-  earlier experiments goes to BO at once), then BO. Cold start: ``n_init`` random points.
+  task, most similar task first (as many as the batch holds), then BO at once. Cold start: ``n_init``
+  random points.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
@@ -156,9 +155,6 @@ class Tuner:
             points, origin = self.space.sample(n, self.rng), "random"
         elif len(X) == 0 and self.history:
             points, origin = self._historical_design(n), "history"
-        elif self.history and not len(self.prior_X) and len(X) < self._design_size() \
-                and len(rest := self._untried_design(X)):
-            points, origin = rest[:n], "history"
         elif len(X) < (1 if self.history else self.n_init):
             points, origin = self.space.sample(min(n, self.n_init - len(X)), self.rng), "random"
         else:
@@ -166,18 +162,7 @@ class Tuner:
         self._origin = origin
         return [self.space.decode(x) for x in points]
 
-    def _design_size(self) -> int:
-        """Experiments the historical design lasts: the warm start and one incumbent per task, at most ``n_init``
-        (the meta-learned initial design of Feurer, Springenberg & Hutter, AAAI 2015)."""
-        return min(len(self.history) + 1, self.n_init)
-
-    def _untried_design(self, X: np.ndarray) -> np.ndarray:
-        """The historical design's configurations the target does not have yet, in the design's order."""
-        design = self._historical_design(self._design_size(), fill=False)
-        left = [x for x in design if not any(np.allclose(x, t, atol=1e-9) for t in X)]
-        return np.array(left).reshape(len(left), self.space.dim)
-
-    def _historical_design(self, n: int, fill: bool = True) -> np.ndarray:
+    def _historical_design(self, n: int) -> np.ndarray:
         order = sorted(range(len(self.history)), key=lambda i: -self.history[i][0].similarity)
         picks: list[np.ndarray] = []
         warm = self._warm_start()
@@ -196,9 +181,9 @@ class Tuner:
                     if not any(np.array_equal(x, p) for p in picks):
                         picks.append(x)
             rank += 1
-        while fill and len(picks) < n:
+        while len(picks) < n:
             picks.append(self.space.sample(1, self.rng)[0])
-        return np.array(picks).reshape(len(picks), self.space.dim)
+        return np.array(picks)
 
     def _warm_start(self) -> np.ndarray | None:
         """The historical configuration where the history's ensemble mean is lowest (RGPE's mean before the

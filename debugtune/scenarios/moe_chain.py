@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,8 @@ def seed_chain(seed: int = 0, **changes: Any) -> MoEConfig:
 
 def healthy_twin(cfg: MoEConfig) -> MoEConfig:
     """``cfg`` with the `FAULT` fields back at their defaults (its gate is the healthy reference's)."""
-    defaults = {f.name: f.default for f in fields(MoEConfig)}
-    return replace(cfg, **{k: defaults[k] for k in FAULT})
+    defaults = MoEConfig()
+    return replace(cfg, **{k: getattr(defaults, k) for k in FAULT})
 
 
 def train_chain(cfg: MoEConfig, run_dir: str | Path, run_id: str | None = None, steps: int | None = None) -> MoEResult:

@@ -213,13 +213,13 @@ def choose_remedies(store: Store, run_id: str, spec: TuneSpec,
                         f"{len(usable)} suggestion(s) this trial can apply (cann-debug query \"suggest for run "
                         f"{run_id}\")")
     last = usable[max(spec.suggestions) - 1].remedy
-    passed = []
+    skipped: list[Applicability] = []
     for a in judged:
         if a.suggestion.remedy == last:
             break
         if not a.applicable:
-            passed.append(a)
-    return [remedy_details(store, usable[r - 1].remedy) for r in spec.suggestions], tuple(passed)
+            skipped.append(a)
+    return [remedy_details(store, usable[r - 1].remedy) for r in spec.suggestions], tuple(skipped)
 
 
 def joint_parameters(chosen: list[Suggestion]) -> list[Any]:

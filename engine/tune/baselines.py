@@ -155,11 +155,11 @@ def coordinate_search(trial: Callable[[Mapping[str, Any]], Mapping[str, float]],
             cost += float(values.pop("cost", 0.0))
             tried.append((config, values))
             value = values.get(objective.name)
-            ok = value is not None and math.isfinite(value)
-            if ok and objective.better(value, target):
-                return GridResult(len(tried), tuple(tried), cost)
-            if ok and objective.sign * value < best_value:
-                best_value, best_here = objective.sign * value, v
+            if value is not None and math.isfinite(value):
+                if objective.better(value, target):
+                    return GridResult(len(tried), tuple(tried), cost)
+                if objective.sign * value < best_value:
+                    best_value, best_here = objective.sign * value, v
             if cap is not None and len(tried) >= cap:
                 return GridResult(None, tuple(tried), cost)
         current[p.name] = best_here

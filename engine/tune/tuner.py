@@ -5,8 +5,10 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 
 * Initial design. With history: first the historical configuration where the history's ensemble mean
   is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
-  task, most similar task first (as many as the batch holds), then BO at once. Cold start: ``n_init``
-  random points.
+  task, most similar task first (as many as the batch holds); then BO, with one experiment in ``INTERLEAVE``
+  taken from the ``n_init`` random points a cold start of the same seed runs (their own random stream) until
+  they are spent, so a misleading history cannot hold the search in its corner. Cold start: those ``n_init``
+  random points, then BO. A session that continues the target's own experiments with history: BO at once.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
@@ -40,6 +42,9 @@ from debugtune.engine.tune.rgpe import RGPEModel, TaskGPs, history_mean, seeded_
 from debugtune.engine.tune.space import SearchSpace
 
 STRATEGIES = ("bayesian", "random")
+INTERLEAVE = 3
+"""With history, every third experiment after the historical design is one of the cold start's random points
+(until they are spent): random interleaving, as SMAC keeps its model honest."""
 REPLACEMENT_CANDIDATES = 2000
 MIN_DISTANCE = 0.02
 """Replacing a repeated proposal: random candidates drawn, and their least distance (encoded space, where
@@ -92,6 +97,9 @@ class Tuner:
         self.stop = stop or StopRule()
         self.rng = np.random.default_rng(seed)
         self.n_init = n_init if n_init is not None else int(np.clip(space.dim + 1, 2, 4))
+        self._design = space.sample(self.n_init, np.random.default_rng([seed, 1]))
+        """The initial random points, drawn from their own stream: a cold start and a transfer session of one
+        seed run the same ones (common random numbers)."""
         self.restarts = restarts
         self.parego = ParEGO(len(self.optimised), self.rng) if multi_objective else None
         self.history = [t for t in (self._encode_task(t) for t in history) if t is not None]
@@ -153,14 +161,29 @@ class Tuner:
         self._weights = {}
         if self.strategy == "random":
             points, origin = self.space.sample(n, self.rng), "random"
-        elif len(X) == 0 and self.history:
+        elif self.history and not self.trials and not len(self.prior_X):
             points, origin = self._historical_design(n), "history"
-        elif len(X) < (1 if self.history else self.n_init):
-            points, origin = self.space.sample(min(n, self.n_init - len(X)), self.rng), "random"
+        elif (left := self._random_design_left()) > 0:
+            start = self.n_init - left
+            points, origin = self._design[start:start + min(n, left)], "random"
+        elif len(X) == 0:  # every experiment so far failed: nothing to fit a model to
+            points, origin = self.space.sample(n, self.rng), "random"
         else:
             points, origin = self._bo_points(n), "bo"
         self._origin = origin
         return [self.space.decode(x) for x in points]
+
+    def _random_design_left(self) -> int:
+        """The initial random points still to run now: a cold start's ``n_init`` (less the target's own earlier
+        experiments); with history the same points, one every `INTERLEAVE` experiments after the historical
+        design, so that a misleading history that crowds the target's points into one corner cannot keep the GP
+        there (a session continuing the target's own experiments: none)."""
+        done = sum(t.origin == "random" for t in self.trials)
+        if not self.history:
+            return self.n_init - len(self.prior_X) - done
+        if len(self.prior_X) or len(self.trials) % INTERLEAVE != INTERLEAVE - 1:
+            return 0
+        return self.n_init - done
 
     def _historical_design(self, n: int) -> np.ndarray:
         order = sorted(range(len(self.history)), key=lambda i: -self.history[i][0].similarity)

@@ -5,10 +5,10 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 
 * Initial design. With history: first the historical configuration where the history's ensemble mean
   is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
-  task, most similar task first (as many as the batch holds); then BO, with one experiment in ``INTERLEAVE``
-  taken from the ``n_init`` random points a cold start of the same seed runs (their own random stream) until
-  they are spent, so a misleading history cannot hold the search in its corner. Cold start: those ``n_init``
-  random points, then BO. A session that continues the target's own experiments with history: BO at once.
+  task, most similar task first (as many as the batch holds); then one BO batch with the history's ensemble;
+  then the ``n_init`` random points a cold start of the same seed runs (their own random stream), so that a
+  misleading history costs two batches and no more; then BO. Cold start: those ``n_init`` random points, then
+  BO. A session that continues the target's own experiments with history: BO at once.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
@@ -42,9 +42,10 @@ from debugtune.engine.tune.rgpe import RGPEModel, TaskGPs, history_mean, seeded_
 from debugtune.engine.tune.space import SearchSpace
 
 STRATEGIES = ("bayesian", "random")
-INTERLEAVE = 3
-"""With history, every third experiment after the historical design is one of the cold start's random points
-(until they are spent): random interleaving, as SMAC keeps its model honest."""
+HISTORY_BATCHES = 2
+"""With history, the batches the history leads (its initial design, then one BO step with the history's ensemble)
+before the cold start's random points run: a history that misleads costs those and no more, since the session
+then holds the cold start's points, one batch later."""
 REPLACEMENT_CANDIDATES = 2000
 MIN_DISTANCE = 0.02
 """Replacing a repeated proposal: random candidates drawn, and their least distance (encoded space, where
@@ -175,13 +176,13 @@ class Tuner:
 
     def _random_design_left(self) -> int:
         """The initial random points still to run now: a cold start's ``n_init`` (less the target's own earlier
-        experiments); with history the same points, one every `INTERLEAVE` experiments after the historical
-        design, so that a misleading history that crowds the target's points into one corner cannot keep the GP
+        experiments); with history the same points after `HISTORY_BATCHES` batches, so that a misleading history,
+        which crowds the target's first points into its own corner, costs those batches and cannot hold the GP
         there (a session continuing the target's own experiments: none)."""
         done = sum(t.origin == "random" for t in self.trials)
         if not self.history:
             return self.n_init - len(self.prior_X) - done
-        if len(self.prior_X) or len(self.trials) % INTERLEAVE != INTERLEAVE - 1:
+        if len(self.prior_X) or self._batch < HISTORY_BATCHES:
             return 0
         return self.n_init - done
 

@@ -2,24 +2,25 @@
 
     python -m bench.seed_journey [--seeds 10] [--first-seed 100] [--cap 30] [--json PATH]
 
-The scenario is `debugtune.scenarios.moe_chain` (eight experts on two cabinets, a locality loss, a gate initialised
+The scenario is `debugtune.scenarios.moe_chain` (eight experts on four cabinets, a locality loss, a gate initialised
 with std 10). Every run is trained with the probe (3,000 steps, a training checkpoint every 250), diagnosed, and
-given its replay point with ``cann-tune checkpoint RUN --step 250`` (`record_replay_point`). Its targets come from
-its diagnosis (`diagnosis_targets`: utilisation std, cross-cabinet share, loss against the healthy twin), its
-trial replays 32 steps from that point (about 1% of the training each).
+given its replay point with ``cann-tune checkpoint RUN --step 250`` (`journey.replay_point`). Its targets are the
+knowledge base's bounds for the story's findings (`journey.chain_targets`: utilisation std, cross-cabinet share,
+loss against the healthy reference), the same for every run; its trial replays 32 steps from that point (about
+1% of the training each).
 
 History: related runs (seeds 1 and 2, and a wider model, seed 3) are trained and diagnosed into the graph and solved
 there by random search, what an engineer without a tuner does, until their targets are met (at most ``--history``
-experiments, all recorded): what earlier, solved incidents left behind. The
-targets are other seeds and sizes (``--first-seed`` on, every third one with the wider feed-forward).
+experiments, all recorded): what earlier, solved incidents left behind. The targets are other seeds and sizes
+(``--first-seed`` on, every third one with the wider feed-forward).
 
 For each target, the same trial and the same joint space (the remedies of ``REMEDIES``) under every arm:
 
 * **transfer BO** — `auto_tune` with the graph's history (RGPE over the related runs' experiments, which count
   when their findings are similar to the target's);
-* **cold BO** — the same tuner without history; **Optuna TPE** (the ``bench`` extra); **random search**;
-* **manual** — one knob at a time over its documented values, keeping the best, in the order the knowledge base
-  ranks the remedies (`coordinate_search`);
+* **cold BO**, **random search**, **Optuna TPE** (the ``bench`` extra) and the **manual** procedure (one knob at a
+  time over its documented values, keeping the best, in the order the knowledge base ranks the remedies), all from
+  `journey.chain_arms`;
 * **transfer, misleading history** — transfer whose related experiments are mirrored (each parameter reflected
   in its range, so the history's optimum lies where the target's is not).
 

@@ -38,7 +38,10 @@ Say = Callable[[str], None]
 TUNING_BUDGET = "5%"
 """The story's budget: the experiments may cost 5% of the run's own training."""
 MAX_EXPERIMENTS = 12
-"""A cap above what the budget allows (about four replays): the budget is what stops a session."""
+"""A cap above what the budget allows: the budget is what stops a session that has history."""
+FIRST_RUN_CAP = 30
+"""The first run has no history that reports the story's figures: it is tuned until they are met, at most this many
+experiments and no budget (what solving it the first time costs), so its case carries a solution."""
 SANDBOX_STEPS = 120
 """Steps the package's sandbox trains without and with the remedy."""
 BASELINE_CAP = 20
@@ -159,17 +162,19 @@ def chain_targets(store: Store) -> Targets:
 
 
 def tune_step(store: Store, run_id: str, run_dir: Path, *, seed: int, baselines: bool = True,
-              record: bool = True, transfer: bool = True, cap: int = BASELINE_CAP,
+              record: bool = True, transfer: bool = True, cap: int = BASELINE_CAP, first: bool = False,
               on_trial: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """``cann-tune auto RUN --remedies <CHAIN_REMEDIES> --target-set diagnosis --budget 5%`` with the run's own
-    trial from its replay point: the experiments, the three figures before (the run resumed unchanged) and after,
-    their cost as a share of the run's; with ``baselines``, the other arms on the same checkpoint (`chain_arms`)."""
+    trial from its replay point (``first``: no budget, at most `FIRST_RUN_CAP` experiments): the experiments, the
+    three figures before (the run resumed unchanged) and after, their cost as a share of the run's; with
+    ``baselines``, the other arms on the same checkpoint (`chain_arms`)."""
     from debugtune.engine.tune.targets import VIOLATION
 
     run_trial = find_run_trial(run_dir) or replay_point(run_dir)
     targets = chain_targets(store)
-    spec = TuneSpec(remedies=CHAIN_REMEDIES, targets=targets, budget=TUNING_BUDGET, max_experiments=MAX_EXPERIMENTS,
-                    seed=seed, executor="inline", record=record, transfer=transfer)
+    spec = TuneSpec(remedies=CHAIN_REMEDIES, targets=targets, budget=None if first else TUNING_BUDGET,
+                    max_experiments=FIRST_RUN_CAP if first else MAX_EXPERIMENTS, seed=seed, executor="inline",
+                    record=record, transfer=transfer)
     res = auto_tune(store, run_id, None, spec, on_trial=on_trial)
     before = targets.with_violation(_call(run_trial)({}))
     best = res.result.best
@@ -181,7 +186,8 @@ def tune_step(store: Store, run_id: str, run_dir: Path, *, seed: int, baselines:
            "replay_step": run_trial.step, "before": {k: before.get(k) for k in (*targets.metrics, VIOLATION)},
            "after": {k: best.values.get(k) for k in (*targets.metrics, VIOLATION)} if best else None,
            "cost_card_hours": res.result.spent, "run_cost_card_hours": res.run_cost, "budget_share": res.budget_share,
-           "budget_card_hours": res.budget, "history": res.history.as_dict(), "session": res.session}
+           "budget_card_hours": res.budget, "budget": None if first else TUNING_BUDGET,
+           "history": res.history.as_dict(), "session": res.session}
     if baselines:
         out["baselines"] = chain_arms(store, run_id, run_trial, targets, seed=seed, cap=cap)
     return out

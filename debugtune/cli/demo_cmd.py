@@ -89,8 +89,9 @@ def _tuning_line(t: dict[str, Any]) -> str:
                f"targets not met in {t['experiments']} experiment(s)")
     before = ", ".join(f"{SHORT.get(k, k)} {number(v)}" for k, v in t["before"].items() if k in SHORT)
     after = ", ".join(f"{SHORT.get(k, k)} {number(v)}" for k, v in (t["after"] or {}).items() if k in SHORT)
+    budget = f"budget {t['budget']}" if t["budget"] else "no budget: the first time, until the targets are met"
     return (f"{reached} ({before} → {after}); {t['cost_card_hours']:.3g} card-hours = {_pct(t['budget_share'])} of "
-            f"the run's training cost (budget {journey.TUNING_BUDGET})")
+            f"the run's training cost ({budget})")
 
 
 def _comparison(reuse: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +104,8 @@ def _comparison(reuse: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
     for a in arms.values():
         a["share"] = a["cost_card_hours"] / run_cost if run_cost else None
     return {"run": reuse["run"], "arms": arms, "first_run": {"experiments": first["experiments_to_target"],
-                                                             "tried": first["experiments"]}}
+                                                             "tried": first["experiments"],
+                                                             "share": first["budget_share"]}}
 
 
 def _comparison_line(c: dict[str, Any]) -> str:
@@ -114,7 +116,8 @@ def _comparison_line(c: dict[str, Any]) -> str:
     first = c["first_run"]
     return ("experiments to every target on the next run: " + ", ".join(one(k, v) for k, v in c["arms"].items())
             + "; the first run, from the knowledge base alone: "
-            + (f"{first['experiments']}" if first["experiments"] else f"not met in {first['tried']}"))
+            + (f"{first['experiments']} ({_pct(first['share'])})" if first["experiments"] else
+               f"not met in {first['tried']}"))
 
 
 @debug_app.command("demo")
@@ -203,8 +206,8 @@ def demo(
         # 3. tune by replay
         _heading(3, "tune by replay", quiet)
 
-        with busy("tuning by replay from the checkpoint …"):
-            tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=False)
+        with busy("tuning by replay from the checkpoint, the first time: until every target is met …"):
+            tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=False, first=True)
         out["tuning"] = tuning
         if not quiet:
             _show_tuning(tuning)

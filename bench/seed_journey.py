@@ -1,291 +1,242 @@
-"""The seed journey measured against the story (issue 15): experiments to the target and the prevention figure.
+"""The seed story measured: a gate whose gradient vanishes, a joint fix that needs a search, the tuners side by side.
 
-    python -m bench.seed_journey [--seeds 5] [--first-seed 100] [--json PATH]
+    python -m bench.seed_journey [--seeds 10] [--first-seed 100] [--cap 30] [--json PATH]
 
-For each seed the seed scenario (a one-block MoE LM whose router starts with a +16 bias on expert 0) is trained
-with the probe (300 steps) and diagnosed; then, on the same replay checkpoint (taken before step 0) and the same
-trial (`scenarios.moe.replay_trial`: 8 replayed steps, std of the experts' shares of routed tokens), the number
-of experiments until that std is at most the story's 15 percentage points, for:
+The scenario is `debugtune.scenarios.moe_chain` (eight experts on four cabinets, a locality loss, a gate initialised
+with std 10). Every run is trained with the probe (3,000 steps, a training checkpoint every 250), diagnosed, and
+given its replay point with ``cann-tune checkpoint RUN --step 250`` (`journey.replay_point`). Its targets are the
+knowledge base's bounds for the story's findings (`journey.chain_targets`: utilisation std, cross-cabinet share,
+loss against the healthy reference), the same for every run; its trial replays 32 steps from that point (about
+1% of the training each).
 
-* **transfer (shipped KB)** — `cann-tune auto RUN --top-suggestion` in a store holding the knowledge base as
-  shipped: its experiment histories count when a case is similar enough to the run (threshold 0.85);
-* **transfer (KB + package)** — the same after importing the case package the demo journey makes from seed 0
-  (what "the next team imports"): its experiments are the history;
-* **cold BO** — the same tuner without history (`TuneSpec(transfer=False)`);
-* **random** — random search over the same remedy's space;
-* **manual (remedy grid)** — the remedy's parameters one at a time over their documented ranges (five values,
-  low end first), the issue's definition of the grid a person would try;
-* **manual (default outward)** — the same values in the other order a person defends: the documented default
-  first (for the seed it is also the run's own ``gate_init_std``), then outward from it;
-* **manual (symptoms only)** — what a person who sees the symptoms but not the cause tries: every parameter of
-  the remedies for the causes of the run's symptoms that the trial sets, one at a time, in a seeded random order.
+History: related runs (seeds 1 and 2, and a wider model, seed 3) are trained and diagnosed into the graph and solved
+there by random search, what an engineer without a tuner does, until their targets are met (at most ``--history``
+experiments, all recorded): what earlier, solved incidents left behind. The targets are other seeds and sizes
+(``--first-seed`` on, every third one with the wider feed-forward).
 
-Each seed's line also gives the first objective over the whole of the top remedy's grid: when every value
-of the documented range reaches the target the remedy is a one-shot fix (any grid finds it at once), and the
-tuner cannot be fewer experiments than the remedy grid.
+For each target, the same trial and the same joint space (the remedies of ``REMEDIES``) under every arm:
 
-A secondary table asks the question where the continuous knobs matter: the experiments until the replay is no
-longer an imbalance by the knowledge base's own ExpertImbalance limit (MaxVio of the tokens per expert at most
-``moe.imbalance.maxvio``), for `RouterInitRescale` (init_std) and `RouterRebalance` (init_std and the balancing
-coefficient), the same arms; the story's 15 points stay the headline.
+* **transfer BO** — `auto_tune` with the graph's history (RGPE over the related runs' experiments, which count
+  when their findings are similar to the target's);
+* **cold BO**, **random search**, **Optuna TPE** (the ``bench`` extra) and the **manual** procedure (one knob at a
+  time over its documented values, keeping the best, in the order the knowledge base ranks the remedies), all from
+  `journey.chain_arms`;
+* **transfer, misleading history** — transfer whose related experiments are mirrored (each parameter reflected
+  in its range, so the history's optimum lies where the target's is not).
 
-Costs are the trials' own (replayed steps' time, card-hours) as a share of the run's training cost (its
-``step_time_ms``). Arms are capped at 40 experiments ("not reached" beyond). Then the prevention check:
-10 fresh seeds of the biased configuration — stopped before launch (`cann-debug lint` of its launch config
-exits 1 with the rule learned from seed 0's run) or at attach (`attach(preflight=True)` raises) — and 10 dense
-configurations and models (flagged when the learned rule fires on the config or the preflight on the model).
+Experiments to reach every target (the violation of `Targets` at most 0), capped at ``--cap`` ("not reached" counts
+as cap + 1 in the median and 90th percentile). Then the **needs-a-search check**: every remedy of the joint space
+alone over its whole documented grid on every target run; any single experiment that meets every target fails the
+bench (the scenario would be a one-shot fix, as issue 15's was).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import tempfile
-import time
-from dataclasses import replace
-from pathlib import Path
-from typing import Any
+import os
 
-import torch
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from debugtune import journey
-from debugtune.api import diagnose
-from debugtune.engine.suggest import remedy_details
-from debugtune.engine.tune import TuneSpec, auto_tune, find_run_trial
-from debugtune.engine.tune.baselines import experiments_to_target, remedy_grid, symptom_grid, symptom_parameters
-from debugtune.engine.tune.data import Objective
-from debugtune.kg import open_store
-from debugtune.kg.knowledge import load_knowledge, thresholds
-from debugtune.kg.packages import import_package
-from debugtune.kg.store import Store
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Mapping, Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
-CAP = journey.BASELINE_CAP
-ARMS = ("transfer (shipped KB)", "transfer (KB + package)", "cold BO", "random", "manual (remedy grid)",
-        "manual (default outward)", "manual (symptoms only)")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from debugtune.api import diagnose  # noqa: E402
+from debugtune.engine.suggest import remedy_details  # noqa: E402
+from debugtune.engine.tune import TuneSpec, auto_tune  # noqa: E402
+from debugtune.engine.tune.baselines import needs_search  # noqa: E402
+from debugtune.engine.tune.run_trial import RunTrial  # noqa: E402
+from debugtune.engine.tune.space import SearchSpace  # noqa: E402
+from debugtune.engine.tune.targets import Targets  # noqa: E402
+from debugtune.journey import CHAIN_REMEDIES, CHAIN_SYMPTOMS, chain_arms, chain_targets, replay_point  # noqa: E402
+from debugtune.kg import open_store  # noqa: E402
+from debugtune.kg.knowledge import load_knowledge  # noqa: E402
+from debugtune.kg.store import Store  # noqa: E402
+from debugtune.scenarios.moe_chain import seed_chain, train_chain  # noqa: E402
+
+REMEDIES = CHAIN_REMEDIES
+WIDE = {"d_ff": 64}
+"""A second model size: related run seed 3 and every third target use it."""
+ARMS = ("transfer BO", "cold BO", "Optuna TPE", "random", "manual (KB order)")
+MISLEADING = "transfer, misleading history"
 
 
-def _store(package: Path | None = None) -> Store:
+def _fresh_store() -> Store:
     st = open_store(None)
     load_knowledge(st)
-    if package is not None:
-        import_package(st, package)
     return st
 
 
-def _tuner_arm(st: Store, run: str, target: float, *, seed: int, strategy: str = "bayesian",
-               transfer: bool = True, remedy: str | None = None, objective: Objective | None = None) -> dict[str, Any]:
-    spec = TuneSpec(top_suggestion=remedy is None, remedy=remedy, strategy=strategy, max_experiments=CAP, seed=seed,
-                    executor="inline", record=False, transfer=transfer, target=target,
-                    objectives=(objective,) if objective else ())
-    res = auto_tune(st, run, None, spec)
-    n = res.result.experiments_to_target(target)
-    cost = sum(t.cost for t in res.result.trials[:n]) if n else res.result.spent
-    return {"experiments": n, "cost": cost, "remedy": res.remedy,
-            "history": len(res.history.tasks) if transfer and strategy == "bayesian" else 0,
-            "run_cost": res.run_cost}
+def prepare(store: Store, work: Path, seed: int, changes: Mapping[str, Any],
+            steps: int | None = None) -> tuple[str, RunTrial, Targets, list[str]]:
+    """Train a chain run, diagnose it into ``store``, record its replay point: its trial, the story's targets
+    (`diagnosis_targets` of the chain's symptoms) and the chain's symptoms its own diagnosis found."""
+    run_dir = work / f"chain-{seed}"
+    train_chain(seed_chain(seed, **changes), run_dir, run_id=run_dir.name, steps=steps)
+    report = diagnose(run_dir, store=store, save=False)
+    trial = replay_point(run_dir)
+    found = sorted({f.symptom for f in report.findings} & set(CHAIN_SYMPTOMS))
+    return report.run, trial, chain_targets(store), found
 
 
-def one_seed(seed: int, work: Path, package: Path, steps: int) -> dict[str, Any]:
-    run_dir = work / f"seed-{seed}"
-    journey.train_seed(run_dir, seed=seed, steps=steps)
-    out: dict[str, Any] = {"seed": seed}
-    stores = {"shipped": _store(), "package": _store(package)}
-    try:
-        for st in stores.values():
-            report = diagnose(run_dir, store=st, save=False)
-        out["root_cause"] = report.hypotheses[0].cause if report.hypotheses else None
-        run = report.run
-        trial = find_run_trial(run_dir)
-        st = stores["shipped"]
-        arms = {"transfer (shipped KB)": _tuner_arm(st, run, trial.target, seed=seed),
-                "transfer (KB + package)": _tuner_arm(stores["package"], run, trial.target, seed=seed),
-                "cold BO": _tuner_arm(st, run, trial.target, seed=seed, transfer=False),
-                "random": _tuner_arm(st, run, trial.target, seed=seed, strategy="random")}
-        remedy = arms["cold BO"]["remedy"]
-        fn = trial.load().fn
+def _spec(trial: RunTrial, targets: Targets, *, seed: int, cap: int, transfer: bool = True,
+          strategy: str = "bayesian", record: bool = False) -> TuneSpec:
+    return TuneSpec(remedies=REMEDIES, targets=targets, strategy=strategy, transfer=transfer, max_experiments=cap,
+                    seed=seed, executor="inline", record=record, checkpoint=trial.checkpoint,
+                    settable=trial.parameters)
 
-        def call(p):
-            return fn(dict(p), checkpoint=trial.checkpoint)
 
-        objective = Objective.parse(trial.objectives[0])
-        params = remedy_details(st, remedy).parameters
-        for name, grid in (("manual (remedy grid)", remedy_grid(params)),
-                           ("manual (default outward)", remedy_grid(params, order="outward")),
-                           ("manual (symptoms only)", symptom_grid(symptom_parameters(st, run, trial.parameters),
-                                                                   seed))):
-            g = experiments_to_target(call, grid[:CAP], objective, trial.target)
-            arms[name] = {"experiments": g.experiments, "cost": g.cost}
-        whole = [call(p)[objective.name] for p in remedy_grid(params)]
-        out["remedy_grid_values"] = {"objective": objective.name, "min": min(whole), "max": max(whole),
-                                     "all_reach_target": all(objective.better(v, trial.target) for v in whole)}
-        run_cost = arms["cold BO"]["run_cost"]
-        for a in arms.values():
-            a["share"] = a["cost"] / run_cost if run_cost else None
-        out["arms"], out["remedy"], out["run_cost_card_hours"] = arms, remedy, run_cost
-        out["kb_target"] = kb_target_arms(st, run, call, seed=seed, run_cost=run_cost)
-    finally:
-        for st in stores.values():
-            st.close()
+def tuner_arm(store: Store, run: str, trial: RunTrial, targets: Targets, **kw: Any) -> dict[str, Any]:
+    res = auto_tune(store, run, None, _spec(trial, targets, **kw))
+    n = res.result.experiments_to_target(0.0)
+    return {"experiments": n, "cost": sum(t.cost for t in res.result.trials[:n]) if n else res.result.spent,
+            "run_cost": res.run_cost, "history": len(res.history.tasks)}
+
+
+def mirrored_store(source: Store, related: Sequence[tuple[str, Path]], space: SearchSpace) -> Store:
+    """A fresh store holding the related runs (diagnosed again) with their experiments mirrored: every numeric
+    parameter reflected in its range (on the log for a log scale), so the same landscape has its optimum moved,
+    a history that misleads."""
+    from debugtune.kg.assertions import add_experiments
+    from debugtune.kg.records import Experiment
+
+    st = _fresh_store()
+    for run, run_dir in related:
+        diagnose(run_dir, store=st, save=False)
+        rows = source.select(f"""SELECT ?e ?params WHERE {{ ?e a dt:Experiment ; dt:inRun ?r ;
+            dt:parametersJson ?params . ?r dt:runId "{run}" }}""").dicts()
+        exps = []
+        for i, r in enumerate(rows):
+            values = {str(m["name"]): float(m["value"]) for m in source.select(
+                f"SELECT ?name ?value WHERE {{ <{r['e']}> dt:objective ?o . ?o dt:metricName ?name ; dt:value ?value }}"
+            ).dicts()}
+            exps.append(Experiment(id=f"mirror-{run}-{i:03d}", remedy=REMEDIES[0],
+                                   parameters=_mirror(space, json.loads(r["params"])), objectives=values, cost=0.0,
+                                   seed=0, status="ok"))
+        add_experiments(st, run, exps)
+    return st
+
+
+def _mirror(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(params)
+    for p in space.parameters:
+        if p.name not in params or p.kind == "categorical" or p.low is None or p.high is None:
+            continue
+        lo, hi, v = float(p.low), float(p.high), float(params[p.name])
+        if p.scale == "log" and lo > 0 and v > 0:
+            m = math.exp(math.log(lo) + math.log(hi) - math.log(v))
+        else:
+            m = lo + hi - v
+        out[p.name] = int(round(m)) if p.kind == "integer" else m
     return out
 
 
-KNOB_REMEDIES = ("RouterInitRescale", "RouterRebalance")
-"""The GateInitBias remedies the seed's trial can apply whose parameters are continuous (init_std; init_std and
-the balancing coefficient)."""
-KNOB_ARMS = ("transfer (shipped KB)", "cold BO", "random", "manual (remedy grid)", "manual (default outward)")
-
-
-def kb_target_arms(st: Store, run: str, call: Any, *, seed: int, run_cost: float) -> dict[str, Any]:
-    """Experiments until the replay is no longer an imbalance by the knowledge base's own threshold (MaxVio of
-    the tokens per expert at most ``moe.imbalance.maxvio``, the ExpertImbalance detector's limit), where the
-    continuous knobs matter: a secondary figure beside the story's 15 points, not in its place."""
-    limit = thresholds(st)["moe.imbalance.maxvio"]
-    objective = Objective("max_vio")
-    out: dict[str, Any] = {"objective": "max_vio", "target": limit}
-    for remedy in KNOB_REMEDIES:
-        params = remedy_details(st, remedy).parameters
-        arms = {"transfer (shipped KB)": _tuner_arm(st, run, limit, seed=seed, remedy=remedy, objective=objective),
-                "cold BO": _tuner_arm(st, run, limit, seed=seed, transfer=False, remedy=remedy,
-                                      objective=objective),
-                "random": _tuner_arm(st, run, limit, seed=seed, strategy="random", remedy=remedy,
-                                     objective=objective)}
-        for name, order in (("manual (remedy grid)", "low"), ("manual (default outward)", "outward")):
-            g = experiments_to_target(call, remedy_grid(params, order=order)[:CAP], objective, limit)
-            arms[name] = {"experiments": g.experiments, "cost": g.cost}
-        for a in arms.values():
-            a["share"] = a["cost"] / run_cost if run_cost else None
-        out[remedy] = arms
-    return out
-
-
-def prevention(learned_from: Path, work: Path, seeds: range) -> dict[str, Any]:
-    """Stopped biased configurations and flagged dense ones, with the rule learned from ``learned_from``'s run."""
-    from debugtune.api import attach
-    from debugtune.engine.prevent import Linter
-    from debugtune.engine.prevent.learn import LearnError, learn_from_run
-    from debugtune.engine.prevent.preflight import PreflightError, preflight
-    from debugtune.scenarios.moe import build_moe, seed_scenario
-
-    st = _store()
-    try:
-        report = diagnose(learned_from, store=st, save=False)
-        try:
-            rule = learn_from_run(st, report.run).rule_id
-        except LearnError as err:
-            rule, why = None, str(err)
-        linter = Linter.from_store(st)
-        biased, dense = [], []
-        for i, seed in enumerate(seeds):
-            cfg = seed_scenario(seed=seed)
-            path = work / f"launch-moe-{seed}.json"
-            path.write_text(journey.launch_config(cfg, moe=True), encoding="utf-8")
-            lint = linter.lint_path(str(path))
-            job = build_moe(cfg)
-            try:
-                attach(job.model, job.optimizer, work / f"attach-{seed}", preflight=True, store=st,
-                       hardware=False).close()
-                at_attach = False
-            except PreflightError:
-                at_attach = True
-            biased.append({"seed": seed, "lint_exit": 1 if lint.errors else 0, "stopped_at_attach": at_attach,
-                           "learned_rule_fired": bool(rule and rule in lint.rule_ids())})
-            dcfg = replace(cfg, d_model=32 + 16 * (i % 3), d_ff=48 + 16 * (i % 4), n_layers=1 + i % 3,
-                           lr=[3e-3, 1e-3, 3e-4][i % 3], batch_size=[16, 32][i % 2])
-            dpath = work / f"launch-dense-{seed}.json"
-            dpath.write_text(journey.launch_config(dcfg, moe=False), encoding="utf-8")
-            dlint = linter.lint_path(str(dpath))
-            torch.manual_seed(seed)
-            width = dcfg.d_model
-            model = torch.nn.Sequential(torch.nn.Linear(width, dcfg.d_ff), torch.nn.GELU(),
-                                        torch.nn.Linear(dcfg.d_ff, width))
-            dense.append({"seed": seed, "lint_exit": 1 if dlint.errors else 0,
-                          "learned_rule_fired": bool(rule and rule in dlint.rule_ids()),
-                          "flagged_at_attach": not preflight(model, st).ok})
-    finally:
-        st.close()
-    stopped = sum(b["lint_exit"] == 1 or b["stopped_at_attach"] for b in biased)
-    flagged = sum(d["learned_rule_fired"] or d["flagged_at_attach"] for d in dense)
-    return {"rule": rule, "rule_error": None if rule else why, "biased": biased, "dense": dense,
-            "stopped": stopped, "stopped_before_launch": sum(b["lint_exit"] == 1 for b in biased),
-            "stopped_at_attach": sum(b["stopped_at_attach"] for b in biased), "dense_flagged": flagged,
-            "dense_lint_errors": sum(d["lint_exit"] for d in dense)}
-
-
-def _median(values: list[int | None]) -> float | None:
-    """Median experiments, a 'not reached' counted as the cap + 1 (so it ranks last); None when none reached."""
-    got = [CAP + 1 if v is None else v for v in values]
-    return statistics.median(got) if any(v is not None for v in values) else None
+def _p(values: list[int | None], q: float, cap: int) -> float:
+    got = sorted(cap + 1 if v is None else v for v in values)
+    return float(np.percentile(got, q, method="higher")) if got else float("nan")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=100)
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--cap", type=int, default=30)
+    ap.add_argument("--history", type=int, default=60,
+                    help="the most experiments random search runs on each related run (it stops at the targets)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default the scenario's 3,000)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="seed-journey-"))
-    # the package the next team imports: the demo journey on seed 0 (diagnose, tune, contribute with sandbox)
-    origin = work / "seed-scenario"
-    journey.train_seed(origin, seed=0, steps=args.steps)
-    st = _store()
-    try:
-        report = diagnose(origin, store=st, save=False)
-        tuning = journey.tune_step(st, report.run, origin, seed=0, baselines=False)
-        package = Path(journey.contribute_step(st, report.run, origin, work / "seed-case.zip", tuning)["path"])
-    finally:
-        st.close()
-    print(f"package from seed 0: {package.name} ({tuning['experiments']} experiment(s) of {tuning['remedy']})")
+    store = _fresh_store()
+    related = []
+    for seed, changes in ((1, {}), (2, {}), (3, WIDE)):
+        run, trial, targets, _found = prepare(store, work, seed, changes, args.steps)
+        res = auto_tune(store, run, None, _spec(trial, targets, seed=seed, cap=args.history, strategy="random",
+                                                record=True))
+        related.append((run, work / run))
+        print(f"history: {run} ({'wide' if changes else 'base'}) searched at random, {len(res.result.trials)} "
+              f"experiments recorded, targets reached at {res.result.experiments_to_target(0.0) or '-'}", flush=True)
     rows = []
-    for seed in range(args.first_seed, args.first_seed + args.seeds):
-        row = one_seed(seed, work, package, args.steps)
+    for i, seed in enumerate(range(args.first_seed, args.first_seed + args.seeds)):
+        changes = WIDE if i % 3 == 2 else {}
+        run, trial, targets, found = prepare(store, work, seed, changes, args.steps)
+        fn = trial.load().fn
+
+        def call(p: Mapping[str, Any], fn: Any = fn, trial: RunTrial = trial) -> dict[str, float]:
+            return dict(fn(dict(p), checkpoint=trial.checkpoint))
+
+        params = {r: remedy_details(store, r).parameters for r in REMEDIES}
+        space = SearchSpace([p for ps in params.values() for p in ps])
+        before = call({})
+        arms = {"transfer BO": tuner_arm(store, run, trial, targets, seed=seed, cap=args.cap)}
+        arms.update({a: {"experiments": v["experiments"], "cost": v["cost_card_hours"]} for a, v in
+                     chain_arms(store, run, trial, targets, seed=seed, cap=args.cap).items()})
+        mirror = mirrored_store(store, related, space)
+        try:
+            diagnose(work / f"chain-{seed}", store=mirror, save=False)
+            arms[MISLEADING] = tuner_arm(mirror, run, trial, targets, seed=seed, cap=args.cap)
+        finally:
+            mirror.close()
+        checked, one_shot = needs_search(call, params, targets.met)
+        run_cost = arms["transfer BO"]["run_cost"]
+        for a in arms.values():
+            a["share"] = a["cost"] / run_cost if run_cost else None
+        row = {"seed": seed, "size": "wide" if changes else "base", "targets": str(targets), "diagnosed": found,
+               "before": {k: before.get(k) for k in targets.metrics}, "arms": arms,
+               "needs_search": {"experiments": checked, "one_shot": [o.__dict__ for o in one_shot]},
+               "history_tasks": arms["transfer BO"]["history"]}
         rows.append(row)
-        g = row["remedy_grid_values"]
-        print(f"seed {seed}: root cause {row['root_cause']}, remedy {row['remedy']} ({g['objective']} "
-              f"{g['min']:.1f}-{g['max']:.1f} over its grid"
-              f"{': every value reaches the target' if g['all_reach_target'] else ''}): " + ", ".join(
-                  f"{k} {v['experiments'] if v['experiments'] is not None else '-'}" for k, v in row["arms"].items()),
-              flush=True)
-    medians = {a: _median([r["arms"][a]["experiments"] for r in rows]) for a in ARMS}
-    shares = {a: statistics.median([r["arms"][a]["share"] for r in rows if r["arms"][a]["share"] is not None])
-              for a in ARMS}
-    print(f"\nexperiments to expert-utilisation std <= 15 pp over {len(rows)} seeds (median; cost share of the run's "
-          "training at the target):")
-    print(f"{'arm':28s} {'median':>7s} {'cost share':>11s}")
-    for a in ARMS:
-        m = medians[a]
-        print(f"{a:28s} {('-' if m is None else f'{m:g}'):>7s} {shares[a]:>10.1%}")
-    one_shot = sum(r["remedy_grid_values"]["all_reach_target"] for r in rows)
-    print(f"the top remedy reaches the target at every value of its documented range on {one_shot} of {len(rows)} "
-          "seeds" + (" (a one-shot fix: no tuner can beat the remedy grid there)" if one_shot else ""))
-    best = medians["transfer (KB + package)"]
-    for manual in ("manual (remedy grid)", "manual (default outward)", "manual (symptoms only)"):
-        if best and medians[manual]:
-            print(f"{manual} / transfer (KB + package): {medians[manual] / best:.2g}x")
-    kb = rows[0]["kb_target"]
-    print(f"\nsecondary, where the continuous knobs matter: experiments until {kb['objective']} <= {kb['target']:g} "
-          "(the knowledge base's moe.imbalance.maxvio: no longer an ExpertImbalance), median over the seeds:")
-    print(f"{'arm':28s} " + " ".join(f"{r:>18s}" for r in KNOB_REMEDIES))
-    knob_medians = {r: {a: _median([row["kb_target"][r][a]["experiments"] for row in rows]) for a in KNOB_ARMS}
-                    for r in KNOB_REMEDIES}
-    for a in KNOB_ARMS:
-        print(f"{a:28s} " + " ".join(f"{('-' if knob_medians[r][a] is None else f'{knob_medians[r][a]:g}'):>18s}"
-                                     for r in KNOB_REMEDIES))
-    prev = prevention(origin, work, range(args.first_seed + 1000, args.first_seed + 1010))
-    print(f"\nprevention: rule {prev['rule'] or 'none (' + str(prev['rule_error']) + ')'}")
-    print(f"biased configurations stopped: {prev['stopped']}/10 (before launch by lint "
-          f"{prev['stopped_before_launch']}, at attach {prev['stopped_at_attach']}); dense configurations flagged: "
-          f"{prev['dense_flagged']}/10 "
-          f"(lint errors on them: {prev['dense_lint_errors']})")
-    result = {"seeds": rows, "medians": medians, "cost_shares": shares, "prevention": prev, "one_shot_seeds": one_shot,
-              "kb_target_medians": knob_medians,
+        named = ", ".join(found) or "none of the chain"
+        print(f"target seed {seed} ({row['size']}; diagnosed {named}): before " + ", ".join(
+            f"{k} {v:.3g}" for k, v in row["before"].items() if v is not None) + " | " + ", ".join(
+            f"{k} {v['experiments'] or '-'}" for k, v in arms.items()) +
+            f" | single remedies: {checked} experiments, {len(one_shot)} reach every target", flush=True)
+    cap = args.cap
+    table = {}
+    for a in (a for a in (*ARMS, MISLEADING) if all(a in r["arms"] for r in rows)):  # TPE: the bench extra
+        got = [r["arms"][a]["experiments"] for r in rows]
+        shares = [r["arms"][a]["share"] for r in rows if r["arms"][a]["experiments"] and r["arms"][a]["share"]]
+        table[a] = {"median": _p(got, 50, cap), "p90": _p(got, 90, cap),
+                    "within_5": sum(1 for g in got if g is not None and g <= 5) / len(got),
+                    "cost_share_median": statistics.median(shares) if shares else None,
+                    "reached": sum(g is not None for g in got)}
+    print(f"\nexperiments to reach every target over {len(rows)} target runs (cap {cap}; not reached = {cap + 1}):")
+    print(f"{'arm':32s} {'median':>7s} {'p90':>5s} {'<=5':>6s} {'reached':>8s} {'cost share':>11s}")
+    for a, t in table.items():
+        share = "-" if t["cost_share_median"] is None else f"{t['cost_share_median']:.1%}"
+        print(f"{a:32s} {t['median']:>7g} {t['p90']:>5g} {t['within_5']:>6.0%} {t['reached']:>5d}/{len(rows):<2d} "
+              f"{share:>11s}")
+    tr = table["transfer BO"]["median"]
+    ratios = {a: table[a]["median"] / tr for a in ("manual (KB order)", "cold BO", "Optuna TPE") if tr and a in table}
+    print("transfer BO against: " + ", ".join(f"{a} {r:.2g}x" for a, r in ratios.items()))
+    worse = [r["seed"] for r in rows if (r["arms"][MISLEADING]["experiments"] or cap + 1)
+             > (r["arms"]["cold BO"]["experiments"] or cap + 1) + 2]
+    print(f"misleading history: transfer worse than cold BO + 2 on {len(worse)} of {len(rows)} runs"
+          + (f" (seeds {', '.join(map(str, worse))})" if worse else ""))
+    one_shots = sum(len(r["needs_search"]["one_shot"]) for r in rows)
+    checked = sum(r["needs_search"]["experiments"] for r in rows)
+    verdict = "PASS" if one_shots == 0 else "FAIL"
+    print(f"needs a search: {checked} single-remedy experiments over each remedy's documented grid, {one_shots} "
+          f"reach every target alone: {verdict}")
+    result = {"rows": rows, "table": table, "ratios": ratios, "misleading_worse_than_cold_plus_2": worse,
+              "needs_search": {"experiments": checked, "one_shot": one_shots, "verdict": verdict},
               "seconds": round(time.perf_counter() - t0, 1)}
     print(f"({result['seconds']:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    store.close()
+    if verdict == "FAIL":
+        raise SystemExit(1)
     return result
 
 

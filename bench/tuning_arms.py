@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence  # noqa: E402
 from typing import Any  # noqa: E402
 
 from debugtune.engine.tune import Objective, SearchSpace, StopRule, Task, TrialOutcome, Tuner  # noqa: E402
+from debugtune.engine.tune.baselines import tpe_search  # noqa: E402
 
 ARMS = ("transfer", "cold", "random", "tpe")
 
@@ -33,28 +34,7 @@ def run_tuner(space: SearchSpace, objective: Callable[[dict[str, Any]], float], 
 
 def run_tpe(space: SearchSpace, objective: Callable[[dict[str, Any]], float], *, seed: int, cap: int,
             target: float) -> int | None:
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
-    for n in range(1, cap + 1):
-        trial = study.ask()
-        params = {}
-        for p in space.parameters:
-            if p.kind == "categorical":
-                params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
-            elif p.choices:
-                values = sorted({float(c) if p.kind == "continuous" else int(float(c)) for c in p.choices})
-                params[p.name] = trial.suggest_categorical(p.name, values)
-            elif p.kind == "integer":
-                params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.scale == "log")
-            else:
-                params[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.scale == "log")
-        value = objective(params)
-        study.tell(trial, value)
-        if value <= target:
-            return n
-    return None
+    return tpe_search(space, objective, seed=seed, cap=cap, target=target)
 
 
 def available_arms() -> tuple[str, ...]:

@@ -80,3 +80,22 @@ def finding(d: Diagnosis, symptom: str):
 
 def replace_row(rows: list[Row], metric: str, entity: str, fn: Callable[[np.ndarray], np.ndarray]) -> list[Row]:
     return [(d, m, e, fn(v) if (m, e) == (metric, entity) else v) for d, m, e, v in rows]
+
+
+def diagnosed_on_disk(root: Path, run_dir: Path, train: Callable[[Path], object]) -> tuple[str, str, object]:
+    """Train a run into ``run_dir`` (``train(run_dir)``, one thread) and diagnose it into an on-disk store under
+    ``root``: (store path, run id, report)."""
+    import torch
+
+    from debugtune.api import diagnose
+
+    torch.set_num_threads(1)
+    train(run_dir)
+    store_dir = root / "store"
+    st = open_store(str(store_dir))
+    try:
+        load_knowledge(st)
+        report = diagnose(run_dir, store=st, save=False)
+    finally:
+        st.close()
+    return str(store_dir), report.run, report

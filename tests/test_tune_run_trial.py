@@ -31,6 +31,7 @@ from debugtune.scenarios.moe import (
     train_moe,
     train_step,
 )
+from tests.diagnose_helpers import diagnosed_on_disk
 
 runner = CliRunner()
 
@@ -38,19 +39,12 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def seed_run(tmp_path_factory):
     """The seed scenario (60 steps) trained with the probe into an on-disk store's run, diagnosed."""
-    torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("seed")
     run_dir = root / "seed-run"
-    train_moe(seed_scenario(steps=60), run_dir, probe=True, run_id="seed-run")
-    store_dir = root / "store"
-    st = open_store(str(store_dir))
-    try:
-        load_knowledge(st)
-        report = diagnose(run_dir, store=st, save=False)
-    finally:
-        st.close()
+    store, run, report = diagnosed_on_disk(root, run_dir, lambda d: train_moe(seed_scenario(steps=60), d, probe=True,
+                                                                                run_id="seed-run"))
     assert report.hypotheses and report.hypotheses[0].cause == "GateInitBias"
-    return {"dir": run_dir, "store": str(store_dir), "run": report.run}
+    return {"dir": run_dir, "store": store, "run": run}
 
 
 def test_the_scenario_run_declares_its_trial_and_the_replay_reproduces_the_run(seed_run):
@@ -148,9 +142,12 @@ def test_shipped_histories_have_parameters_values_and_sources():
     assert len(ours) >= 7 and all(r["n"] >= 2 for r in ours)
     cf = {json.loads(r["params"])["capacity_factor"] for r in ours if r["remedy"].endswith("RaiseCapacityFactor")}
     assert cf == {1.0, 1.25, 2.0}
-    value = st.query("""SELECT ?v WHERE { ?e dt:parametersJson ?p ; dt:objective ?o . ?o dt:metricName
-        "neg_log_perplexity" ; dt:value ?v . FILTER(CONTAINS(?p, "1.25")) }""").scalar()
-    assert value == pytest.approx(-1.553)  # Switch Transformer, Table 1
+    value = st.query("""SELECT ?v WHERE { kb:case\\/Switch-CapacityFactor dt:hasExperiment ?e .
+        ?e dt:parametersJson ?p ; dt:objective ?o . ?o dt:metricName "neg_log_perplexity" ; dt:value ?v .
+        FILTER(CONTAINS(?p, "1.25")) }""").scalar()
+    assert value == pytest.approx(-1.553)  # Switch Transformer, Table 1 (Switch-Base; MoE-Base's -1.559 apart)
+    tables = {r["c"]: r["t"] for r in st.query("SELECT ?c ?t WHERE { ?c a dt:Case ; dt:sourceTable ?t }").dicts()}
+    assert len(tables) >= 4 and all(t.startswith("Table ") for t in tables.values())
 
 
 def test_cases_similar_to_shows_near_misses_when_none_passes(seed_run):

@@ -75,8 +75,9 @@ def test_transfer_reaches_the_optimum_in_fewer_experiments_and_misleading_histor
     cold = [experiments_to_optimum([], s) for s in seeds]
     warm = [experiments_to_optimum(histories["related"], s) for s in seeds]
     misled = [experiments_to_optimum(histories["misleading"], s) for s in seeds]
+    # history leads two batches, then the cold start's own random points run (a bounded cost of misleading
+    # history, bench/seed_journey.py): a lucky cold draw (seed 1 here) can beat a warm session that pays them
     assert statistics.median(warm) < statistics.median(cold), (warm, cold)
-    assert sum(warm) < sum(cold), (warm, cold)
     assert statistics.median(misled) <= statistics.median(cold) + 2, (misled, cold)
 
 
@@ -199,3 +200,13 @@ def test_maximised_objectives_and_random_search():
     up = Tuner(SPACE, [Objective.parse("y:max")], seed=0, stop=StopRule(max_experiments=6))
     out = up.run(lambda reqs: [TrialOutcome({"y": -TARGET(r.params)}, 0.0) for r in reqs])
     assert out.best.values["y"] == max(t.values["y"] for t in out.trials)
+
+
+def test_history_leads_two_batches_then_the_cold_start_s_own_random_points_run(histories):
+    """A misleading history costs the batches it leads and no more: the session then runs the random points a
+    cold start of the same seed runs, in the same order (their own random stream)."""
+    cold = session(TARGET, (), seed=4, n=4)
+    warm = session(TARGET, histories["misleading"], seed=4, n=7)
+    assert [t.origin for t in cold.trials] == ["random"] * 3 + ["bo"]
+    assert [t.origin for t in warm.trials] == ["history", "bo", "random", "random", "random", "bo", "bo"]
+    assert [t.params for t in warm.trials[2:5]] == [t.params for t in cold.trials[:3]]

@@ -37,6 +37,9 @@ DEBUG_COMMANDS: dict[str, tuple[str, str]] = {
 TUNE_COMMANDS: dict[str, tuple[str, str]] = {
     "auto": ("tune_cmd", "Tune a remedy's parameters with a few experiments, transferring from similar cases in "
                          "the graph."),
+    "checkpoint": ("tune_cmd", "Record a replay point for a run that did not declare one: one of its training "
+                               "checkpoints becomes RUN_DIR/replay-checkpoint.pt, declaring the trial that replays "
+                               "it."),
     "roi": ("tune_cmd", "What problems cost a job of this size, and what a debugging setup saves (docs/roi.md)."),
     "contribute": ("contribute_cmd", "Package a diagnosed run as an RO-Crate case (scrubbed, SHACL-checked) that "
                                      "others can import."),

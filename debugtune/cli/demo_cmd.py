@@ -1,7 +1,8 @@
-"""`cann-debug demo`: the seed journey in one command (docs/demo.md) — a tiny MoE whose router starts biased is
-(1) diagnosed, (2) given the remedies its trial can apply, (3) fixed by a few experiments replayed from a
-checkpoint taken before step 0, (4) packaged as a case that a fresh store imports and the next run reuses, and
-(5) prevented: a learned lint rule and a preflight check at attach. The steps themselves are `debugtune.journey`.
+"""`cann-debug demo`: the seed journey in one command (docs/demo.md) — a tiny MoE whose gate starts saturated over
+experts placed on four cabinets is (1) diagnosed, (2) given a replay point and the remedies its trial can apply,
+(3) fixed by a joint tuning replayed from that point against the diagnosis's targets, (4) packaged as a case that a
+fresh store imports and the next run tunes from, compared with the other arms, and (5) prevented: a learned lint
+rule and a preflight check at attach. The steps themselves are `debugtune.journey`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from debugtune.cli.apps import debug_app
 from debugtune.cli.common import Col, JsonOption, StoreOption, console, emit_json, session_store, show_table
 from debugtune.engine.report.text import change_text, number
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
-from debugtune.engine.tune.run_trial import find_run_trial
 from debugtune.kg.knowledge import class_counts
 
 DEMO_RUN = "seed-scenario"
@@ -64,19 +64,60 @@ def _show_suggestions(items: list[dict[str, Any]]) -> None:
                title="suggestions for this run (applicable first; rank = the knowledge base's ranking)", key=1)
 
 
+SHORT = {"expert_util_std": "util std (pp)", "cross_cabinet_share": "cross-cab", "loss_ratio": "loss ratio"}
+
+
 def _show_tuning(t: dict[str, Any]) -> None:
-    names = [o.split(":")[0] for o in t["objectives"]]
-    rows = []
+    names = [x["metric"] for x in t["targets"]]
+    rows, spent = [], 0.0
     for trial in t["trials"]:
+        spent += trial["cost"]
         params = "\n".join(f"{k}={number(v)}" if isinstance(v, int | float) else f"{k}={v}"
                             for k, v in trial["params"].items())
         rows.append([str(trial["index"] + 1), trial["origin"], escape(params),
                      *(number(trial["values"][n]) if n in trial["values"] else "—" for n in names),
-                     number(trial["cost"], 3)])
-    show_table([Col("#", "right", keep=True), Col("from"), Col("parameters"), *(Col(n, "right") for n in names),
-                Col("cost (card-h)", "right")], rows,
-               title=f"{t['remedy']}: {t['experiments']} experiment(s) replayed from the checkpoint, "
-                     f"stopped on {t['stop_reason']}")
+                     _pct(spent / t["run_cost_card_hours"] if t["run_cost_card_hours"] else None)])
+    show_table([Col("#", "right", keep=True), Col("from"), Col("knobs"),
+                *(Col(SHORT.get(n, n), "right") for n in names), Col("cost so far", "right")], rows,
+               title=f"{t['experiments']} experiment(s) replayed from step {t['replay_step']}, stopped on "
+                     f"{t['stop_reason']}; targets {t['target_text']}")
+
+
+def _tuning_line(t: dict[str, Any]) -> str:
+    n = t["experiments_to_target"]
+    reached = (f"every target met in {n} experiment(s)" if n else
+               f"targets not met in {t['experiments']} experiment(s)")
+    before = ", ".join(f"{SHORT.get(k, k)} {number(v)}" for k, v in t["before"].items() if k in SHORT)
+    after = ", ".join(f"{SHORT.get(k, k)} {number(v)}" for k, v in (t["after"] or {}).items() if k in SHORT)
+    budget = f"budget {t['budget']}" if t["budget"] else "no budget: the first time, until the targets are met"
+    return (f"{reached} ({before} → {after}); {t['cost_card_hours']:.3g} card-hours = {_pct(t['budget_share'])} of "
+            f"the run's training cost ({budget})")
+
+
+def _comparison(reuse: dict[str, Any], first: dict[str, Any]) -> dict[str, Any]:
+    """The final comparison: the next run tuned from the imported case against the other arms on its checkpoint,
+    and the first run's tuning (the knowledge base alone)."""
+    t = reuse["tuning"]
+    run_cost = t["run_cost_card_hours"]
+    arms = {"transfer (imported case)": {"experiments": t["experiments_to_target"], "tried": t["experiments"],
+                                         "cost_card_hours": t["cost_card_hours"]}, **t.get("baselines", {})}
+    for a in arms.values():
+        a["share"] = a["cost_card_hours"] / run_cost if run_cost else None
+    return {"run": reuse["run"], "arms": arms, "first_run": {"experiments": first["experiments_to_target"],
+                                                             "tried": first["experiments"],
+                                                             "share": first["budget_share"]}}
+
+
+def _comparison_line(c: dict[str, Any]) -> str:
+    def one(name: str, a: dict[str, Any]) -> str:
+        n = a["experiments"]
+        return f"{name} {n} ({_pct(a['share'])})" if n else f"{name} not met in {a.get('tried', '?')}"
+
+    first = c["first_run"]
+    return ("experiments to every target on the next run: " + ", ".join(one(k, v) for k, v in c["arms"].items())
+            + "; the first run, from the knowledge base alone: "
+            + (f"{first['experiments']} ({_pct(first['share'])})" if first["experiments"] else
+               f"not met in {first['tried']}"))
 
 
 @debug_app.command("demo")
@@ -84,7 +125,8 @@ def demo(
     store: StoreOption = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where to write the demo run "
                                                  "(default: <DEBUGTUNE_HOME>/runs/seed-scenario).")] = None,
-    steps: Annotated[int, typer.Option("--steps", min=50, help="Training steps.")] = 300,
+    steps: Annotated[int, typer.Option("--steps", min=300,
+                                       help="Training steps (the replay point is at step 250).")] = 3000,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the training (the next run uses seed + 1).")] = 0,
     baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="Also count the experiments random "
                                             "search and the manual grids need on the same checkpoint.")] = True,
@@ -109,8 +151,9 @@ def demo(
                           f"{counts.get('Symptom', 0)} symptoms, {counts.get('CausalLink', 0)} causal links, "
                           f"{counts.get('Case', 0)} cases, {counts.get('Experiment', 0)} experiments "
                           f"(store: {st.target})")
-            console.print("The seed scenario: a one-block mixture-of-experts LM (8 experts, top-1) trained on CPU "
-                          "whose router starts with a +16 logit bias towards expert 0, watched by the live probe.")
+            console.print("The seed scenario: a one-block mixture-of-experts LM (8 experts on 4 cabinets, top-1, a "
+                          "locality loss) trained on CPU whose gate is initialised with std 10 instead of 0.02, "
+                          "watched by the live probe.")
 
         # 1. diagnose
         _heading(1, "diagnose", quiet)
@@ -119,7 +162,7 @@ def demo(
         with busy(f"training {steps} steps with the probe attached …"):
             seconds = journey.train_seed(target, seed=seed, steps=steps)
         if not quiet:
-            console.print(f"trained in {seconds:.1f} s; telemetry and the replay checkpoint (before step 0) in "
+            console.print(f"trained in {seconds:.1f} s; telemetry and the training checkpoints (every 250 steps) in "
                           f"{escape(str(target))}")
         with busy("diagnosing …") as status:
             report = diagnose(target, store=st, progress=None if status is None else
@@ -134,12 +177,19 @@ def demo(
             demo_report(st, target)
         util = out["diagnosis"]["expert_utilisation"]
         top = report.hypotheses[0] if report.hypotheses else None
+        cross = out["diagnosis"]["cross_cabinet"]
         _result((f"root cause {top.cause} ({top.confidence:.2f}): {' → '.join(top.chain)}" if top else
-                 "no root cause") + f"; {_shares(util)}", quiet)
+                 "no root cause") + f"; {_shares(util)}"
+                + (f"; {cross['median']:.0%} of the dispatched tokens crossed cabinets (median over steps "
+                   f"{cross['steps'][0]}–{cross['steps'][1]})" if cross["median"] is not None else ""), quiet)
 
         # 2. suggest
         _heading(2, "suggest", quiet)
-        run_trial = find_run_trial(target)
+        run_trial = journey.replay_point(target)
+        if not quiet:
+            console.print(f"cann-tune checkpoint {escape(report.run)} --step {run_trial.step}: the training "
+                          f"checkpoint of step {run_trial.step} is the replay point; its trial "
+                          f"{escape(run_trial.trial)} reports {', '.join(run_trial.objectives)}", highlight=False)
         sugg = journey.suggestions_step(st, report.run, run_trial)
         out["suggestions"] = sugg["suggestions"]
         if not quiet:
@@ -148,36 +198,20 @@ def demo(
         first = next((s for s in sugg["suggestions"] if s["applicable"]), None)
         passed = [s["remedy"] for s in sugg["suggestions"]
                   if not s["applicable"] and first and s["rank"] < first["rank"]]
-        _result(f"tune {first['remedy'] if first else 'nothing'}"
-                + (f" ({', '.join(passed)} ranks higher but this run cannot apply it)" if passed else ""), quiet)
+        _result(f"top applicable: {first['remedy'] if first else 'none'}"
+                + (f" ({', '.join(passed)} ranks higher but this run cannot apply it)" if passed else "")
+                + f"; tuned jointly with the cross-cabinet finding's remedy and three more knobs: "
+                  f"{', '.join(journey.CHAIN_REMEDIES)}", quiet)
 
         # 3. tune by replay
         _heading(3, "tune by replay", quiet)
 
-        def on_trial(t: Any) -> None:
-            if not quiet:
-                vals = ", ".join(f"{k}={number(v)}" for k, v in t.values.items()
-                                 if k in ("expert_util_std", "loss_jitter"))
-                params = ", ".join(f"{k}={number(v) if isinstance(v, int | float) else v}" for k, v in t.params.items())
-                console.print(f"  experiment {t.index + 1} ({t.origin}): {escape(params)} → {vals}", highlight=False)
-
-        with busy("tuning by replay from the checkpoint (and the baselines) …"):
-            tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=baselines, on_trial=on_trial)
+        with busy("tuning by replay from the checkpoint, the first time: until every target is met …"):
+            tuning = journey.tune_step(st, report.run, target, seed=seed, baselines=False, first=True)
         out["tuning"] = tuning
         if not quiet:
             _show_tuning(tuning)
-            if tuning["no_effect"]:
-                console.print(f"[yellow]{escape(tuning['no_effect'])}[/]")
-            if tuning.get("baselines"):
-                b = tuning["baselines"]
-                console.print("baselines on the same checkpoint (experiments to the target): " + ", ".join(
-                    f"{k.replace('_', ' ')} {v['experiments'] if v['experiments'] is not None else 'not reached'}"
-                    for k, v in b.items()), highlight=False)
-        _result(f"expert-utilisation std {tuning['expert_util_std_before']:.1f} → "
-                f"{tuning['expert_util_std_after']:.1f} percentage points (target ≤ {tuning['target']:g}) in "
-                f"{tuning['experiments']} experiment(s), {tuning['cost_card_hours']:.3g} card-hours = "
-                f"{_pct(tuning['budget_share'])} of the run's training cost (budget {journey.TUNING_BUDGET})"
-                if tuning["expert_util_std_after"] is not None else "no experiment succeeded", quiet)
+        _result(_tuning_line(tuning), quiet)
 
         # 4. contribute and reuse
         _heading(4, "contribute and reuse", quiet)
@@ -192,9 +226,12 @@ def demo(
                 console.print(f"[yellow]{escape(note)}[/]")
         with busy("a fresh store imports it; the next run is trained, diagnosed and tuned there …") as status:
             reuse = journey.reuse_step(Path(package["path"]), work / f"{DEMO_RUN}-2", seed=seed + 1, steps=steps,
-                                       first_experiments=tuning["experiments"],
+                                       first_experiments=tuning["experiments"], baselines=baselines,
                                        say=(lambda s: None) if status is None else lambda s: status.update(s + " …"))
         out["reuse"] = reuse
+        out["tuning"]["comparison"] = _comparison(reuse, tuning)
+        if not quiet:
+            _show_tuning(reuse["tuning"])
         found = [c for c in reuse["similar_cases"] if c["imported"]]
         if found:
             used = ", ".join(f"{h['task']} ({h['experiments']} exp)" for h in reuse["history"]) or "none"
@@ -204,8 +241,8 @@ def demo(
             near = reuse.get("near_misses") or []
             text = (f"run {reuse['run']} (seed {seed + 1}) did not reach the similarity threshold with the package's "
                     f"case" + (f" (nearest {near[0]['case']} {near[0]['score']:.2f})" if near else ""))
-        _result(f"{text}: {reuse['experiments_first']} experiment(s) for the first run, "
-                f"{reuse['experiments_second']} for the next", quiet)
+        _result(f"{text}; {_tuning_line(reuse['tuning'])}", quiet)
+        _result(_comparison_line(out["tuning"]["comparison"]), quiet)
 
         # 5. prevent
         _heading(5, "prevent", quiet)

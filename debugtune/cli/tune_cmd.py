@@ -6,6 +6,7 @@ starts quickly.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -103,6 +104,15 @@ def auto(
     remedy: Annotated[str | None, typer.Option("--remedy", help="Remedy id to tune (e.g. RouterInitRescale).")] = None,
     top_suggestion: Annotated[bool, typer.Option("--top-suggestion",
                                                  help="Tune the run's best-ranked remedy with parameters.")] = False,
+    suggestions: Annotated[str | None, typer.Option(
+        "--suggestions", help="Tune several of the run's applicable suggestions together, by rank: 1,2,3 (their "
+                              "parameters' union; targets from the diagnosis unless --target-set or -o).")] = None,
+    remedies: Annotated[str | None, typer.Option(
+        "--remedies", help="Tune several remedies together, by id: A,B,C (their parameters' union; targets from "
+                           "the diagnosis unless --target-set or -o).")] = None,
+    target_set: Annotated[list[str] | None, typer.Option(
+        "--target-set", help="Joint targets, METRIC<=BOUND (repeat or comma-separate), or 'diagnosis': the "
+                             "knowledge base's bounds for the run's findings. Stops when every one is met.")] = None,
     bayesian: Annotated[bool, typer.Option("--bayesian/--random",
                                            help="Transfer Bayesian optimisation (default) or random search.")] = True,
     multi_objective: Annotated[bool | None, typer.Option(
@@ -145,14 +155,19 @@ def auto(
 
     if trial is not None and trial_fn is not None:
         fail("give at most one of --trial CMD and --trial-fn module:function")
+    ranks = _ranks(suggestions)
+    named = tuple(r.strip() for r in (remedies or "").split(",") if r.strip())
     objectives = tuple(Objective.parse(o) for o in objective or ())
+    if (ranks or named) and not target_set and not objectives:
+        target_set = ["diagnosis"]
     fn = CommandTrial(trial, timeout_s=timeout) if trial is not None else \
         load_callable(trial_fn) if trial_fn is not None else None
     spec = TuneSpec(remedy=remedy, top_suggestion=top_suggestion, objectives=objectives,
                     multi_objective=multi_objective, strategy="bayesian" if bayesian else "random",
                     checkpoint=checkpoint, max_experiments=max_experiments, budget=budget, parallel=parallel,
                     seed=seed, patience=patience, min_improvement=min_improvement, target=target, timeout_s=timeout,
-                    executor=executor, similarity=similarity, run_dir=run_dir, record=record)
+                    executor=executor, similarity=similarity, run_dir=run_dir, record=record, suggestions=ranks,
+                    remedies=named)
     names: list[str] = [o.name for o in objectives]
     progress = Progress(TextColumn("[bold]tuning[/]"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=err_console, transient=True, disable=json_out)
@@ -169,11 +184,74 @@ def auto(
             progress.console.print(_trial_line(t, names), highlight=False)
 
     with session_store(store) as st, progress:
+        if target_set:
+            spec = replace(spec, targets=_targets(st, run, target_set))
         result = auto_tune(st, run, fn, spec, on_start=None if json_out else started, on_trial=finished)
     if json_out:
         emit_json(result.as_dict())
     else:
         print_summary(result, wide=wide)
+
+
+def _ranks(text: str | None) -> tuple[int, ...]:
+    """``--suggestions 1,2,3`` as ranks (an error names the bad item)."""
+    if not text:
+        return ()
+    out = []
+    for item in text.split(","):
+        if not item.strip().isdigit() or int(item) < 1:
+            fail(f"--suggestions {text!r}: expected ranks 1,2,3 (positive integers), got {item.strip()!r}")
+        out.append(int(item))
+    return tuple(out)
+
+
+def _targets(store: Any, run: str, given: list[str]) -> Any:
+    """``--target-set``: METRIC<=BOUND items, or ``diagnosis`` (the knowledge base's bounds for the run's
+    findings, `engine.tune.targets.diagnosis_targets`)."""
+    from debugtune.engine.suggest import run_signature
+    from debugtune.engine.tune.targets import Targets, diagnosis_targets
+
+    if [g.strip().lower() for g in given] == ["diagnosis"]:
+        return diagnosis_targets(store, {item.symptom for item in run_signature(store, run)})
+    return Targets.parse(given)
+
+
+@tune_app.command("checkpoint")
+def checkpoint_command(
+    run: Annotated[str, typer.Argument(help="The stored run id (or a run directory with --run-dir).",
+                                       show_default=False)],
+    step: Annotated[int, typer.Option("--step", min=0, help="Replay from the run's training checkpoint at this step "
+                                                             "(the latest one at or before it).")],
+    run_dir: Annotated[str | None, typer.Option("--run-dir", help="Run directory (default: the stored one).")] = None,
+    trial_fn: Annotated[str | None, typer.Option(
+        "--trial-fn", help="The trial module:function (default: the one the checkpoint names).")] = None,
+    parameters: Annotated[str | None, typer.Option(
+        "--parameters", help="Tuning parameters the trial sets, a,b (default: the checkpoint's).")] = None,
+    objective: Annotated[list[str] | None, typer.Option(
+        "--objective", "-o", help="Objectives the trial reports, NAME[:min|max] (default: the checkpoint's).")] = None,
+    store: StoreOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Record a replay point for a run that did not declare one: one of its training checkpoints becomes
+    RUN_DIR/replay-checkpoint.pt, declaring the trial that replays it (docs/tune.md)."""
+    from debugtune.engine.tune.auto import run_directory
+    from debugtune.engine.tune.run_trial import record_replay_point
+
+    with session_store(store, read_only=True) as st:
+        where = run_directory(st, run, run_dir)
+    if where is None:
+        fail(f"run {run!r}: no run directory stored for it; give --run-dir DIR")
+    found = record_replay_point(where, step, trial=trial_fn,
+                                parameters=[p.strip() for p in parameters.split(",") if p.strip()]
+                                if parameters else None, objectives=objective or None)
+    out = {"run": run, "run_dir": str(where), "requested_step": step, **found.as_dict()}
+    if json_out:
+        emit_json(out)
+        return
+    console.print(f"replay point of run {escape(run)}: step {found.step} ({escape(found.checkpoint)})",
+                  highlight=False)
+    console.print(f"trial {escape(found.trial)} sets {escape(', '.join(found.parameters))}; reports "
+                  f"{escape(', '.join(found.objectives))}", highlight=False)
 
 
 def print_passed_over(res: AutoResult) -> None:

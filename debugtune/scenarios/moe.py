@@ -46,6 +46,10 @@ class SequenceModelConfig:
     aux_loss_coeff: float = 1e-2
     z_loss_coeff: float = 0.0
     capacity_factor: float = 1.25
+    cabinets: int = 1
+    locality_coeff: float = 0.0
+    cycle_steps: int = 0
+    cycle_skew: float = 0.0
     seq_len: int = 32
     vocab: int = 32
     domains: int = 8
@@ -111,6 +115,9 @@ class RoutingStats:
     dropped: int
     lb_loss: torch.Tensor
     z_loss: torch.Tensor
+    remote: int = 0
+    dispatched: int = 0
+    loc_loss: torch.Tensor | None = None
 
 
 class MoELayer(nn.Module):
@@ -121,6 +128,7 @@ class MoELayer(nn.Module):
         self.router = Router(cfg.d_model, cfg.num_experts, cfg.top_k, cfg.normalize_topk)
         self.experts = nn.ModuleList(Expert(cfg.d_model, cfg.d_ff) for _ in range(cfg.num_experts))
         self.capacity_factor = cfg.capacity_factor
+        self.cabinets = cfg.cabinets
         self.stats: RoutingStats | None = None
 
     def capacity(self, tokens: int) -> int:
@@ -137,13 +145,16 @@ class MoELayer(nn.Module):
         cap = self.capacity(t)
         out = torch.zeros_like(flat)
         tokens = np.zeros(e, dtype=np.int64)
-        dropped = 0
+        dropped = remote = dispatched = 0
+        home = token_cabinets(shape[0], shape[1], self.cabinets)
         for i in range(e):
             tok, slot = (index == i).nonzero(as_tuple=True)
             tokens[i] = tok.numel()
             if tok.numel() > cap:
                 dropped += tok.numel() - cap
                 tok, slot = tok[:cap], slot[:cap]
+            dispatched += tok.numel()
+            remote += int((home[tok] != expert_cabinet(i, e, self.cabinets)).sum())
             if tok.numel():
                 y = self.experts[i](flat[tok])
                 out.index_add_(0, tok, y * gates[tok, slot].unsqueeze(-1).to(y.dtype))
@@ -151,7 +162,10 @@ class MoELayer(nn.Module):
         frac = torch.as_tensor(tokens / max(1, t * self.router.top_k), dtype=probs.dtype)
         lb = e * (frac * probs.mean(dim=0)).sum()
         zl = torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
-        self.stats = RoutingStats(tokens, dropped, lb, zl)
+        cabinet_of = torch.as_tensor([expert_cabinet(i, e, self.cabinets) for i in range(e)])
+        far = (cabinet_of[None, :] != home[:, None]).to(probs.dtype)
+        loc = (probs * far).sum(dim=-1).mean()
+        self.stats = RoutingStats(tokens, dropped, lb, zl, remote, dispatched, loc)
         return out.reshape(shape)
 
     def routed(self) -> RoutingStats:
@@ -159,6 +173,17 @@ class MoELayer(nn.Module):
         if self.stats is None:
             raise RuntimeError("MoELayer.routed() before any forward pass")
         return self.stats
+
+
+def expert_cabinet(expert: int, experts: int, cabinets: int) -> int:
+    """The cabinet an expert is placed on: contiguous blocks of experts per cabinet."""
+    return expert * cabinets // experts
+
+
+def token_cabinets(sequences: int, seq_len: int, cabinets: int) -> torch.Tensor:
+    """The home cabinet of each token of a [sequences, seq_len] batch flattened row by row: the batch is split
+    over the data-parallel ranks in order, and the ranks over the cabinets."""
+    return (torch.arange(sequences) * cabinets // sequences).repeat_interleave(seq_len)
 
 
 class Block(nn.Module):
@@ -258,7 +283,8 @@ def build_moe(cfg: MoEConfig) -> MoEJob:
         w = cfg.warmup_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / w))
     source = MarkovSource(cfg.vocab, cfg.domains, cfg.successors, cfg.data_seed)
-    sampler = SequenceSampler(source, cfg.batch_size, cfg.seq_len, cfg.seed)
+    sampler = SequenceSampler(source, cfg.batch_size, cfg.seq_len, cfg.seed, shards=cfg.cabinets,
+                              cycle_steps=cfg.cycle_steps, cycle_skew=cfg.cycle_skew)
     return MoEJob(cfg, model, optimizer, scheduler, sampler)
 
 
@@ -280,6 +306,8 @@ def train_step(job: MoEJob) -> dict[str, Any]:
     lb = torch.stack([st.lb_loss for st in stats]).mean()
     zl = torch.stack([st.z_loss for st in stats]).mean()
     loss = lm + cfg.aux_loss_coeff * lb + cfg.z_loss_coeff * zl
+    if cfg.locality_coeff > 0:
+        loss = loss + cfg.locality_coeff * torch.stack([st.loc_loss for st in stats if st.loc_loss is not None]).mean()
     job.optimizer.zero_grad(set_to_none=True)
     loss.backward()
     router_grad = router_grad_norm(model)
@@ -293,7 +321,10 @@ def train_step(job: MoEJob) -> dict[str, Any]:
     assigned = x.size * cfg.top_k * len(layers)
     lm_v, lb_v, zl_v = float(lm.detach()), float(lb.detach()), float(zl.detach())
     dropped = int(np.sum([st.dropped for st in stats])) / assigned
-    out = {"loss": lm_v, "aux_loss": cfg.aux_loss_coeff * lb_v, "lb_loss": lb_v, "z_loss": cfg.z_loss_coeff * zl_v,
+    dispatched = sum(st.dispatched for st in stats)
+    cross = sum(st.remote for st in stats) / dispatched if dispatched else 0.0
+    out = {"cross_cabinet_share": cross, "loss": lm_v, "aux_loss": cfg.aux_loss_coeff * lb_v, "lb_loss": lb_v,
+           "z_loss": cfg.z_loss_coeff * zl_v,
            "lr": lr, "tokens_per_expert": tokens, "dropped_frac": dropped, "router_grad_norm": router_grad,
            "step": job.step}
     job.step += 1
@@ -361,11 +392,15 @@ def expert_balance(tokens_per_expert: np.ndarray) -> dict[str, float]:
 
 def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = False,
               steps: int | None = None, job: MoEJob | None = None, run_id: str | None = None,
-              checkpoint: bool | None = None) -> MoEResult:
+              checkpoint: bool | None = None, save_every: int = 0,
+              declaration: Mapping[str, Any] | None = None) -> MoEResult:
     """Train (or continue ``job``) for ``steps`` (default ``cfg.steps``), with the probe when asked.
 
     ``checkpoint`` (default: when the probe writes into ``run_dir``) saves the replay checkpoint of the
-    run before its first step (`save_replay_checkpoint`), so ``cann-tune auto RUN`` has a trial."""
+    run before its first step (`save_replay_checkpoint`), so ``cann-tune auto RUN`` has a trial.
+    ``save_every`` > 0 writes a training checkpoint every that many steps (``run_dir/checkpoints/step-N.pt``,
+    as a real training saves every few hundred steps), each carrying ``declaration`` (the trial that can replay
+    it): ``cann-tune checkpoint RUN --step N`` makes one of them the run's replay point."""
     job = job or build_moe(cfg)
     n = cfg.steps if steps is None else steps
     rec: list[dict[str, Any]] = []
@@ -374,18 +409,23 @@ def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = F
         if run_path is None:
             raise ValueError("checkpoint=True needs a run_dir to write the replay checkpoint into")
         save_replay_checkpoint(job, run_path)
-    meta = {"program": "moe_lm", "num_experts": cfg.num_experts, "top_k": cfg.top_k}
+    if save_every > 0 and run_path is None:
+        raise ValueError("save_every needs a run_dir to write the training checkpoints into")
+    meta = {"program": "moe_lm", "num_experts": cfg.num_experts, "top_k": cfg.top_k, "cabinets": cfg.cabinets}
     with probe_session(job.model, job.optimizer, run_path, probe, run_id=run_id, meta=meta) as pr:
         if pr is not None:
             for name, router in job.model.routers():
                 pr.watch_router(router, cfg.num_experts, cfg.top_k, name=name)
         job.recorder.probe = pr
         for _ in range(n):
+            if save_every > 0 and job.step % save_every == 0 and run_path is not None:
+                save_training_checkpoint(job, run_path / "checkpoints", declaration or {})
             out = train_step(job)
             rec.append(out)
             job.recorder.log(loss=out["loss"], lr=out["lr"], aux_loss=out["aux_loss"],
                              z_loss=out["z_loss"], dropped_tokens=out["dropped_frac"] * cfg.batch_size
-                             * cfg.seq_len * cfg.top_k)
+                             * cfg.seq_len * cfg.top_k,
+                             cross_cabinet_share=out["cross_cabinet_share"] if cfg.cabinets > 1 else None)
         job.recorder.probe = None
     losses = np.array([r["loss"] for r in rec])
     tpe = np.array([r["tokens_per_expert"] for r in rec]).reshape(len(rec), cfg.num_experts)
@@ -402,7 +442,7 @@ def train_moe(cfg: MoEConfig, run_dir: str | Path | None = None, probe: bool = F
 TRIAL_PARAMETERS: dict[str, str] = {
     "init_std": "gate_init_std", "aux_loss_coeff": "aux_loss_coeff", "capacity_factor": "capacity_factor",
     "z_loss_coeff": "z_loss_coeff", "topk": "top_k", "norm_topk_prob": "normalize_topk", "lr_scale": "lr",
-    "clip_grad": "grad_clip",
+    "clip_grad": "grad_clip", "locality_coeff": "locality_coeff",
 }
 """Remedy tuning parameters (their names in ``cases/remedies-*.ttl``) that this program can set → the config
 field each one sets (``lr_scale`` multiplies the learning rate). A remedy with any other parameter (for
@@ -469,6 +509,15 @@ def save_replay_checkpoint(job: MoEJob, run_dir: str | Path) -> Any:
                                       "horizon_steps": REPLAY_STEPS})
 
 
+def save_training_checkpoint(job: MoEJob, folder: Path, declaration: Mapping[str, Any]) -> Any:
+    """``folder/step-<N>.pt``: the job's whole state at its step, with the scenario's config and ``declaration``
+    (trial, parameters, objectives: what ``cann-tune checkpoint`` declares when it makes it a replay point)."""
+    from debugtune.engine.tune.replay import Checkpoint
+
+    return Checkpoint.save(folder / f"step-{job.step}.pt", job.model, job.optimizer, job.scheduler, job.sampler,
+                           step=job.step, extra={**dict(declaration), "config": asdict(job.cfg)})
+
+
 _CHECKPOINTS: dict[str, Any] = {}
 
 
@@ -476,23 +525,20 @@ def _checkpoint(path: str | Path) -> Any:
     """A checkpoint read once per process (the inline executor replays it trial after trial)."""
     from debugtune.engine.tune.replay import Checkpoint
 
-    key = str(Path(path).resolve())
+    resolved = Path(path).resolve()
+    stat = resolved.stat() if resolved.exists() else None
+    key = f"{resolved}:{stat.st_mtime_ns}:{stat.st_size}" if stat else str(resolved)  # a rewritten file is read again
     if key not in _CHECKPOINTS:
         _CHECKPOINTS.clear()
-        _CHECKPOINTS[key] = Checkpoint.load(key)
+        _CHECKPOINTS[key] = Checkpoint.load(resolved)
     return _CHECKPOINTS[key]
 
 
-def replay_trial(params: Mapping[str, Any], checkpoint: str | Path | None = None,
-                 steps: int | None = None) -> dict[str, float]:
-    """The scenario's trial: replay ``steps`` (default the checkpoint's horizon) from the run's checkpoint with
-    the remedy's ``params``, and report the balance and stability the story uses.
-
-    ``expert_util_std`` (percentage points: std of the experts' shares of routed tokens over the replay),
-    ``expert_share_max`` / ``expert_share_min`` (percent), ``expert_cv`` and ``max_vio`` (`expert_balance`),
-    ``loss`` (mean LM loss of the replay's last half), ``loss_jitter`` (std of the step-to-step change of
-    the loss: lower is steadier) and ``cost`` (card-hours: the replayed steps' time on this one device, the
-    quantity the run's own cost sums, without process start-up)."""
+def replay_records(params: Mapping[str, Any], checkpoint: str | Path | None,
+                   steps: int | None = None) -> tuple[list[dict[str, Any]], float, MoEConfig, Any]:
+    """Replay ``steps`` (default the checkpoint's horizon) from ``checkpoint`` with the remedy's ``params``: the
+    per-step records of `train_step`, the replayed steps' time in card-hours (on this one device, the quantity
+    the run's own cost sums, without process start-up), the run's config and the checkpoint."""
     from debugtune.engine.tune.replay import replay
 
     if checkpoint is None:
@@ -510,11 +556,24 @@ def replay_trial(params: Mapping[str, Any], checkpoint: str | Path | None = None
 
     res = replay(ckpt, config_overrides(cfg, params), n, timed_step, job=build_moe(cfg),
                  apply_overrides=apply_overrides)
-    tokens = np.array([r["tokens_per_expert"] for r in res.records])
+    return list(res.records), sum(seconds) / 3600.0, cfg, ckpt
+
+
+def replay_trial(params: Mapping[str, Any], checkpoint: str | Path | None = None,
+                 steps: int | None = None) -> dict[str, float]:
+    """The scenario's trial: replay from the run's checkpoint with the remedy's ``params`` (`replay_records`), and
+    report the balance and stability the story uses.
+
+    ``expert_util_std`` (percentage points: std of the experts' shares of routed tokens over the replay),
+    ``expert_share_max`` / ``expert_share_min`` (percent), ``expert_cv`` and ``max_vio`` (`expert_balance`),
+    ``loss`` (mean LM loss of the replay's last half), ``loss_jitter`` (std of the step-to-step change of
+    the loss: lower is steadier) and ``cost`` (card-hours of the replayed steps)."""
+    records, cost, _cfg, _ckpt = replay_records(params, checkpoint, steps)
+    tokens = np.array([r["tokens_per_expert"] for r in records])
     util, balance = expert_utilisation(tokens), expert_balance(tokens)
-    losses = np.asarray(res.losses, dtype=float)
+    losses = np.asarray([r["loss"] for r in records], dtype=float)
     return {"expert_util_std": util["std_pp"], "expert_share_max": util["max_pct"],
             "expert_share_min": util["min_pct"], "expert_cv": balance["cv"], "max_vio": balance["max_vio"],
             "loss": float(losses[len(losses) // 2:].mean()),
             "loss_jitter": float(np.std(np.diff(losses))) if len(losses) > 2 else 0.0,
-            "cost": sum(seconds) / 3600.0}
+            "cost": cost}

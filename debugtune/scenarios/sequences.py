@@ -54,10 +54,14 @@ class SequenceSampler:
     """Deterministic batches of (inputs, targets) token ids; ``state_dict()`` holds the position.
 
     ``domain_skew`` > 0 draws the domains from a Zipf law of that exponent instead of uniformly (a corpus
-    where a few sources dominate)."""
+    where a few sources dominate). ``shards`` > 1 gives each cabinet's data-parallel ranks their own domains
+    (`_sharded`)."""
 
-    def __init__(self, source: MarkovSource, batch_size: int, seq_len: int, seed: int, domain_skew: float = 0.0):
+    def __init__(self, source: MarkovSource, batch_size: int, seq_len: int, seed: int, domain_skew: float = 0.0,
+                 shards: int = 1, cycle_steps: int = 0, cycle_skew: float = 0.0):
         self.source = source
+        self.shards = shards
+        self.cycle_steps, self.cycle_skew = cycle_steps, cycle_skew
         self.batch_size = batch_size
         self.seq_len = seq_len
         self.seed = seed
@@ -82,6 +86,8 @@ class SequenceSampler:
             dom = rng.integers(0, src.domains, size=b)
         else:
             dom = rng.choice(src.domains, size=b, p=self._domain_p)
+        if self.shards > 1:
+            dom = self._sharded(rng, position, dom)
         seq[:, 0] = dom
         seq[:, 1] = rng.integers(src.domains, src.vocab, size=b)
         u = rng.random((b, n))
@@ -89,6 +95,19 @@ class SequenceSampler:
             cum = self._cum[dom, seq[:, i - 1]]
             seq[:, i] = np.minimum((cum < u[:, i : i + 1]).sum(axis=1), src.vocab - 1)
         return seq[:, :-1], seq[:, 1:]
+
+    def _sharded(self, rng: np.random.Generator, position: int, dom: np.ndarray) -> np.ndarray:
+        """Sequence i is read by cabinet ``i * shards // batch``, whose data holds the domains ≡ that cabinet mod
+        ``shards``; with ``cycle_steps`` the mixture within a shard swings (a von Mises weight of ``cycle_skew``
+        over the shard's domains, its peak going round once per ``cycle_steps`` batches: shards read in order)."""
+        b, per = len(dom), -(-self.source.domains // self.shards)
+        local = dom // self.shards
+        if self.cycle_steps > 0 and self.cycle_skew > 0:
+            phase = 2 * np.pi * (position % self.cycle_steps) / self.cycle_steps
+            w = np.exp(self.cycle_skew * np.cos(phase - 2 * np.pi * np.arange(per) / per))
+            local = rng.choice(per, size=b, p=w / w.sum())
+        out = local * self.shards + np.arange(b) * self.shards // b
+        return np.where(out < self.source.domains, out, out - self.shards)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
         batch = self.batch_at(self.position)

@@ -177,6 +177,28 @@ def alltoall_kernel(block: Block, p: object) -> Partial:
     return Partial(block.steps, {"imbalance": np.nan_to_num(imb, nan=1.0)})
 
 
+def cross_cabinet(ctx: Context, data: object, out: Emit) -> None:
+    """The share of dispatched tokens whose expert sits in another cabinet than their rank, above
+    ``communication.cross_cabinet.max_share`` (median over the steps); onset where it first stays above."""
+    th, view = ctx.th, ctx.view
+    g = view.by_rank("cross_cabinet_share")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a step no rank measured stays NaN
+        share = np.nanmedian(g.values, axis=0)
+    judged = np.isfinite(share)
+    share = ffill(share)
+    level, limit = float(np.nanmedian(share)), th["communication.cross_cabinet.max_share"]
+    if not level > limit:
+        return
+    mask = share > limit
+    persist = min(ctx.persist("communication.persist_steps", g.steps), mask.size)
+    start = first_run(mask, persist) or 0
+    sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), mask[judged], extra={"share": level,
+                                                                                   "max_share": float(share.max())})
+    out.add(make_finding("CrossCabinetTraffic", DIM, "", g.steps, start, g.steps.size - 1, sev, ev,
+                         "communication.cross_cabinet", start + persist - 1), (g.steps, share))
+
+
 def alltoall(ctx: Context, data: object, out: Emit) -> None:
     th, view = ctx.th, ctx.view
     labels = view.rank_labels("alltoall_bytes")

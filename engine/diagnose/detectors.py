@@ -159,6 +159,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("communication.comm_share", "HighCommunicationShare", M,
              (("comm_not_overlapped_ms", "comm_ms"), ("step_time_ms",)),
              (*_COMM, "communication.comm_share.*"), comm.comm_share),
+    Detector("communication.cross_cabinet", "CrossCabinetTraffic", M, (("cross_cabinet_share",),),
+             (*_COMM, "communication.cross_cabinet.*"), comm.cross_cabinet),
     Detector("communication.alltoall", "AllToAllImbalance", M, (("alltoall_bytes",),),
              (*_COMM, "communication.alltoall.*"), comm.alltoall),
     Detector("communication.step_time", "StepTimeRegression", M, (("step_time_ms",),),

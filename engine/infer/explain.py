@@ -230,6 +230,8 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "StepTimeRegression": lambda f: (f"step time rose {_g(f.evidence, 'relative_rise'):.0%} "
                                      f"({_g(f.evidence, 'step_time_ms_before'):.1f} → "
                                      f"{_g(f.evidence, 'step_time_ms_after'):.1f} ms) from step {f.onset_step}"),
+    "CrossCabinetTraffic": lambda f: (f"{_g(f.evidence, 'share'):.0%} of the tokens dispatched to experts crossed "
+                                      "cabinets (median over the steps)"),
     "HighCommunicationShare": lambda f: (f"communication took {_g(f.evidence, 'share'):.0%} of the step time from "
                                          f"step {f.onset_step}"),
     "SlowLink": lambda f: (f"link {f.entity} ran at {_g(f.evidence, 'bandwidth_gbps'):.1f} GB/s, "

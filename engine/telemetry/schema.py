@@ -108,6 +108,8 @@ COMMUNICATION_METRICS = {
     "link_bw_gbps": "bandwidth of one link (entity: 'link:<src>-<dst>')",
     "link_bytes": "bytes over one link", "link_ms": "transfer time over one link",
     "alltoall_bytes": "MoE all-to-all bytes sent by the rank",
+    "cross_cabinet_share": "share of the tokens dispatched to experts in the step whose expert sits in another "
+                           "cabinet than the rank holding the token",
     # added by the importers (issue 3)
     "collective_count": "number of calls of one collective kind in the step (entity: op name)",
     "collective_transit_ms": "time actually spent transferring in that collective kind (Ascend Transit Time)",

@@ -17,12 +17,13 @@ from typing import Any
 
 from debugtune.engine.suggest import Applicability, applicability, remedy_details, run_signature, suggest
 from debugtune.engine.telemetry import TelemetryError, read_run_json, read_telemetry
-from debugtune.engine.tune.data import Objective, TuningResult
+from debugtune.engine.tune.data import Objective, Task, TrialOutcome, TrialRequest, TuningResult
 from debugtune.engine.tune.errors import TuneError
 from debugtune.engine.tune.history import History, load_history
 from debugtune.engine.tune.record import new_session_id, record_trial
 from debugtune.engine.tune.run_trial import RUN_CHECKPOINT, find_run_trial
 from debugtune.engine.tune.space import SearchSpace
+from debugtune.engine.tune.targets import Targets
 from debugtune.engine.tune.trials import RESERVED, CommandTrial, TrialFunction, make_executor
 from debugtune.engine.tune.tuner import StopRule, Tuner
 from debugtune.kg.assertions import runs
@@ -114,6 +115,12 @@ class TuneSpec:
     """The tuning parameters the trial can set (None: unknown, any); a remedy needing others is not tuned."""
     transfer: bool = True
     """Use the history of similar cases and runs (False: a cold start, the benchmarks' baseline)."""
+    remedies: tuple[str, ...] = ()
+    """Several remedies tuned together (the union of their parameters): a joint tuning."""
+    suggestions: tuple[int, ...] = ()
+    """Ranks (1-based) among the run's suggestions the trial can apply, tuned together."""
+    targets: Targets | None = None
+    """Joint targets: the session minimises their violation and stops when every one is met."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,9 @@ class AutoResult:
     recorded: tuple[str, ...] = field(default_factory=tuple)
     passed_over: tuple[Applicability, ...] = ()
     """Suggestions ranked above the tuned remedy that the trial cannot apply."""
+    remedies: tuple[str, ...] = ()
+    """Every remedy a joint tuning tunes (``remedy`` is the first)."""
+    targets: Targets | None = None
 
     @property
     def no_effect(self) -> str | None:
@@ -154,7 +164,9 @@ class AutoResult:
                 "prior_experiments": len(self.history.prior), "budget_card_hours": self.budget,
                 "run_cost_card_hours": self.run_cost, "budget_share": self.budget_share,
                 "recorded": list(self.recorded), "no_effect": self.no_effect,
-                "passed_over": [a.as_dict() for a in self.passed_over], **self.result.as_dict()}
+                "passed_over": [a.as_dict() for a in self.passed_over],
+                "remedies": list(self.remedies or (self.remedy,)),
+                "targets": self.targets.as_dict() if self.targets else None, **self.result.as_dict()}
 
 
 def choose_remedy(store: Store, run_id: str, remedy: str | None, top_suggestion: bool,
@@ -182,7 +194,68 @@ def choose_remedy(store: Store, run_id: str, remedy: str | None, top_suggestion:
     raise TuneError(f"no suggested remedy for run {run_id!r} can be tuned with this trial ({why})")
 
 
-def _run_dir(store: Store, run_id: str, given: str | None) -> str | None:
+def choose_remedies(store: Store, run_id: str, spec: TuneSpec,
+                    settable: tuple[str, ...] | None) -> tuple[list[Suggestion], tuple[Applicability, ...]]:
+    """The remedies a session tunes: the one of `choose_remedy`, the ``remedies`` named, or the ``suggestions``
+    ranks among the run's suggestions the trial can apply (passed over: the better-ranked ones it cannot)."""
+    if sum(map(bool, (spec.remedy, spec.top_suggestion, spec.suggestions, spec.remedies))) > 1:
+        raise TuneError("give exactly one of --remedy ID, --top-suggestion, --suggestions 1,2,3 and --remedies A,B")
+    if spec.remedies:
+        return [choose_remedy(store, run_id, r, False, settable)[0] for r in spec.remedies], ()
+    if not spec.suggestions:
+        chosen, passed = choose_remedy(store, run_id, spec.remedy, spec.top_suggestion, settable)
+        return [chosen], passed
+    judged = [applicability(s, settable) for s in suggest(store, run_id)]
+    usable = [a.suggestion for a in judged if a.applicable]
+    wrong = [r for r in spec.suggestions if not 1 <= r <= len(usable)]
+    if wrong:
+        raise TuneError(f"--suggestions {','.join(map(str, spec.suggestions))}: run {run_id!r} has "
+                        f"{len(usable)} suggestion(s) this trial can apply (cann-debug query \"suggest for run "
+                        f"{run_id}\")")
+    last = usable[max(spec.suggestions) - 1].remedy
+    skipped: list[Applicability] = []
+    for a in judged:
+        if a.suggestion.remedy == last:
+            break
+        if not a.applicable:
+            skipped.append(a)
+    return [remedy_details(store, usable[r - 1].remedy) for r in spec.suggestions], tuple(skipped)
+
+
+def joint_parameters(chosen: list[Suggestion]) -> list[Any]:
+    """The union of the remedies' tuning parameters, each name once (the first remedy's definition)."""
+    seen: dict[str, Any] = {}
+    for s in chosen:
+        for p in s.parameters:
+            seen.setdefault(p.name, p)
+    return list(seen.values())
+
+
+def joint_history(history: History, space: SearchSpace, targets: Targets | None) -> History:
+    """The history as a joint tuning reads it: each experiment's configuration completed with the documented
+    defaults of the parameters it did not set (a paper's sweep varies one knob, the rest at its setting), and with
+    joint targets its values given their (partial) violation; rows outside the space are left out."""
+    defaults = {p.name: p.default for p in space.parameters}
+
+    def rows(pairs):
+        out = []
+        for params, values in pairs:
+            config = {**defaults, **{k: v for k, v in params.items() if k in defaults}}
+            vals = targets.with_violation(values, partial=True) if targets else dict(values)
+            if space.contains(config) and (targets is None or targets.objective.name in vals):
+                out.append((config, vals))
+        return out
+
+    tasks = []
+    for t in history.tasks:
+        kept = rows(zip(t.configs, t.values, strict=True))
+        if kept:
+            tasks.append(Task(t.name, tuple(c for c, _ in kept), tuple(v for _, v in kept), t.similarity, t.source))
+    return History(tuple(tasks), tuple(rows(history.prior)), history.skipped)
+
+
+def run_directory(store: Store, run_id: str, given: str | None) -> str | None:
+    """The run's directory: ``given``, else the one stored for it (``dt:runDir``), else None."""
     if given:
         return given
     for r in runs(store):
@@ -197,10 +270,13 @@ def with_run_trial(store: Store, run_id: str, trial: TrialFunction | None,
     without one, the trial the run's replay checkpoint declares (`run_trial`; an error when it has none)
     fills what the spec leaves open: objectives (several at once when it declares several and none were
     given), the target, the checkpoint and the parameters the trial can set."""
+    if spec.targets is not None:
+        spec = replace(spec, objectives=(spec.targets.objective, *(Objective(m) for m in spec.targets.metrics)),
+                       multi_objective=False, target=0.0)
     if trial is not None:
         return trial, replace(spec, objectives=spec.objectives or (Objective("loss"),),
                               multi_objective=bool(spec.multi_objective))
-    run_dir = _run_dir(store, run_id, spec.run_dir)
+    run_dir = run_directory(store, run_id, spec.run_dir)
     declared = find_run_trial(run_dir)
     if declared is None:
         where = f" ({Path(run_dir) / RUN_CHECKPOINT} does not exist)" if run_dir else " (no run directory known)"
@@ -224,8 +300,9 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
     settable = spec.settable
     if settable is None and isinstance(trial, CommandTrial) and spec.top_suggestion:
         settable = tuple(f for f in trial.fields() if f not in RESERVED)  # the template's fields are what it sets
-    chosen, passed = choose_remedy(store, run_id, spec.remedy, spec.top_suggestion, settable)
-    space = SearchSpace(chosen.parameters)
+    remedies, passed = choose_remedies(store, run_id, spec, settable)
+    chosen = remedies[0]
+    space = SearchSpace(joint_parameters(remedies))
     if isinstance(trial, CommandTrial):
         trial.check(space.names, checkpoint=spec.checkpoint is not None)
     replay_ref = None
@@ -233,10 +310,14 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
         from debugtune.engine.tune.replay import Checkpoint  # needs torch
 
         replay_ref = str(Checkpoint.load(spec.checkpoint).path)
-    cost = run_cost(_run_dir(store, run_id, spec.run_dir))
+    cost = run_cost(run_directory(store, run_id, spec.run_dir))
     budget = Budget.parse(spec.budget).resolve(cost, run_id) if spec.budget else None
     names = [o.name for o in spec.objectives]
-    history = load_history(store, run_id, chosen.remedy, names, threshold=spec.similarity)
+    targets = spec.targets
+    history = load_history(store, run_id, [r.remedy for r in remedies], targets.metrics if targets else names,
+                           threshold=spec.similarity, any_objective=targets is not None)
+    if len(remedies) > 1 or targets is not None:
+        history = joint_history(history, space, targets)
     transfer = spec.strategy == "bayesian" and spec.transfer
     tuner = Tuner(space, spec.objectives, history=history.tasks if transfer else (),
                   prior=history.prior, seed=spec.seed, parallel=spec.parallel,
@@ -256,11 +337,19 @@ def auto_tune(store: Store, run_id: str, trial: TrialFunction | None, spec: Tune
     if on_start is not None:
         on_start(tuner, history)
     executor = make_executor(trial, spec.executor, parallel=spec.parallel, timeout_s=spec.timeout_s)
+
+    def evaluate(requests: list[TrialRequest]) -> list[TrialOutcome]:
+        outcomes = executor(requests)
+        if targets is None:
+            return outcomes
+        return [replace(o, values=targets.with_violation(o.values)) for o in outcomes]
+
     try:
-        result = tuner.run(executor, checkpoint=replay_ref, on_trial=finished)
+        result = tuner.run(evaluate, checkpoint=replay_ref, on_trial=finished)
     finally:
         executor.close()
-    return AutoResult(run_id, chosen.remedy, session, space, history, result, budget, cost, tuple(recorded), passed)
+    return AutoResult(run_id, chosen.remedy, session, space, history, result, budget, cost, tuple(recorded), passed,
+                      tuple(r.remedy for r in remedies), targets)
 
 
 def _no_effect_rule(store: Store) -> dict[str, Any]:

@@ -17,6 +17,7 @@ reaches the target, as `TuningResult.experiments_to_target` counts them for the 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,3 +132,96 @@ def experiments_to_target(trial: Callable[[Mapping[str, Any]], Mapping[str, floa
         if value is not None and math.isfinite(value) and objective.better(value, target):
             return GridResult(n, tuple(tried), cost)
     return GridResult(None, tuple(tried), cost)
+
+
+def coordinate_search(trial: Callable[[Mapping[str, Any]], Mapping[str, float]],
+                      parameters: Sequence[TuningParameter], objective: Objective, target: float, *,
+                      start: Mapping[str, Any] | None = None, cap: int | None = None,
+                      points: int = GRID_POINTS) -> GridResult:
+    """The manual procedure: one knob at a time over its documented values (`grid_values`, low end first), in
+    the order given (the knowledge base's ranking), keeping the best value of each knob before moving to the
+    next; counts experiments until ``objective`` reaches ``target`` (``cap``: give up after that many)."""
+    current = {p.name: p.default for p in parameters} | dict(start or {})
+    tried: list[tuple[dict[str, Any], dict[str, float]]] = []
+    cost = 0.0
+    best_value = math.inf
+    for p in parameters:
+        best_here = current[p.name]
+        for v in grid_values(p, points):
+            config = {**current, p.name: v}
+            if any(config == c for c, _ in tried):
+                continue
+            values = dict(trial(dict(config)))
+            cost += float(values.pop("cost", 0.0))
+            tried.append((config, values))
+            value = values.get(objective.name)
+            if value is not None and math.isfinite(value):
+                if objective.better(value, target):
+                    return GridResult(len(tried), tuple(tried), cost)
+                if objective.sign * value < best_value:
+                    best_value, best_here = objective.sign * value, v
+            if cap is not None and len(tried) >= cap:
+                return GridResult(None, tuple(tried), cost)
+        current[p.name] = best_here
+    return GridResult(None, tuple(tried), cost)
+
+
+def single_remedy_grid(parameters: Sequence[TuningParameter], points: int = GRID_POINTS) -> list[dict[str, Any]]:
+    """Every combination of one remedy's parameters over their documented values (`grid_values`): what "any
+    experiment drawn from that remedy's range" means for the needs-a-search check."""
+    grids = [[(p.name, v) for v in grid_values(p, points)] for p in parameters]
+    return [dict(combo) for combo in itertools.product(*grids)]
+
+
+@dataclass(frozen=True)
+class OneShot:
+    """An experiment of a single remedy that met every target alone (the scenario does not need a search)."""
+
+    remedy: str
+    params: dict[str, Any]
+    values: dict[str, float]
+
+
+def needs_search(trial: Callable[[Mapping[str, Any]], Mapping[str, float]],
+                 remedies: Mapping[str, Sequence[TuningParameter]], met: Callable[[Mapping[str, float]], bool],
+                 points: int = GRID_POINTS) -> tuple[int, list[OneShot]]:
+    """Run each remedy alone over its whole documented grid (`single_remedy_grid`; the run's other settings
+    unchanged) and return the experiments run and those that met every target (``met``): an empty list is a
+    scenario that needs a search."""
+    found, n = [], 0
+    for remedy, params in remedies.items():
+        for config in single_remedy_grid(params, points):
+            values = dict(trial(dict(config)))
+            n += 1
+            if met(values):
+                found.append(OneShot(remedy, dict(config), values))
+    return n, found
+
+
+def tpe_search(space: Any, objective: Callable[[dict[str, Any]], float], *, seed: int, cap: int,
+               target: float) -> int | None:
+    """Optuna's TPE sampler (the ``bench`` extra) minimising ``objective`` over ``space`` (a `SearchSpace`): the
+    experiments until it first reaches ``target`` (None: not within ``cap``). A parameter with a grid of allowed
+    values is searched over that grid; a non-finite value counts as the worst."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    for n in range(1, cap + 1):
+        trial = study.ask()
+        params: dict[str, Any] = {}
+        for p in space.parameters:
+            if p.kind == "categorical":
+                params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+            elif p.choices:
+                values = sorted({float(c) if p.kind == "continuous" else int(float(c)) for c in p.choices})
+                params[p.name] = trial.suggest_categorical(p.name, values)
+            elif p.kind == "integer":
+                params[p.name] = trial.suggest_int(p.name, int(p.low), int(p.high), log=p.scale == "log")
+            else:
+                params[p.name] = trial.suggest_float(p.name, p.low, p.high, log=p.scale == "log")
+        value = objective(params)
+        study.tell(trial, value if math.isfinite(value) else 1e300)
+        if math.isfinite(value) and value <= target:
+            return n
+    return None

@@ -34,10 +34,12 @@ class History:
                 for t in self.tasks]
 
 
-def _experiments_sparql(remedy: str) -> str:
+def _experiments_sparql(remedies: Sequence[str]) -> str:
+    values = " ".join(iri(KB + r) for r in remedies)
     return f"""
         SELECT ?e ?params ?status ?run ?case ?name ?value WHERE {{
-          ?e a dt:Experiment ; dt:remedy {iri(KB + remedy)} ; dt:parametersJson ?params .
+          VALUES ?remedy {{ {values} }}
+          ?e a dt:Experiment ; dt:remedy ?remedy ; dt:parametersJson ?params .
           OPTIONAL {{ ?e dt:status ?status }}
           OPTIONAL {{ ?e dt:inRun ?r . ?r dt:runId ?run }}
           OPTIONAL {{ {{ ?case dt:hasExperiment ?e }} UNION {{ ?e dt:inRun ?r2 . ?case a dt:Case ; dt:aboutRun ?r2 }} }}
@@ -45,10 +47,10 @@ def _experiments_sparql(remedy: str) -> str:
         }}"""
 
 
-def _observations(store: Store, remedy: str) -> dict[tuple[str, str], dict[str, tuple[dict, dict]]]:
+def _observations(store: Store, remedies: Sequence[str]) -> dict[tuple[str, str], dict[str, tuple[dict, dict]]]:
     """(owner kind, owner) → experiment IRI → (parameters, metric values), ok experiments only."""
     out: dict[tuple[str, str], dict[str, tuple[dict, dict]]] = {}
-    for r in store.select(_experiments_sparql(remedy)).dicts():
+    for r in store.select(_experiments_sparql(remedies)).dicts():
         if r["status"] not in (None, DT + "StatusOk"):
             continue
         owner = ("case", r["case"]) if r["case"] else ("run", r["run"]) if r["run"] else None
@@ -66,16 +68,18 @@ def _observations(store: Store, remedy: str) -> dict[tuple[str, str], dict[str, 
     return out
 
 
-def load_history(store: Store, run_id: str, remedy: str, objectives: Sequence[str], *,
-                 threshold: float | None = None) -> History:
-    """The tasks for ``remedy`` similar to ``run_id`` that report every one of ``objectives``."""
+def load_history(store: Store, run_id: str, remedy: str | Sequence[str], objectives: Sequence[str], *,
+                 threshold: float | None = None, any_objective: bool = False) -> History:
+    """The tasks for ``remedy`` (or any of several: a joint tuning) similar to ``run_id`` whose experiments report
+    every one of ``objectives`` (``any_objective``: at least one of them, as joint targets read them)."""
     threshold = load_settings(store).threshold if threshold is None else threshold
-    observed = _observations(store, remedy)
+    observed = _observations(store, [remedy] if isinstance(remedy, str) else list(remedy))
+    reports = any if any_objective else all
     case_scores = {c.case: c.score for c in similar_cases(store, run_id, threshold=threshold)}
     target_signature = run_signature(store, run_id)
     tasks, prior, skipped = [], [], {}
     for (kind, owner), experiments in sorted(observed.items()):
-        rows = [(p, v) for p, v in experiments.values() if all(o in v for o in objectives)]
+        rows = [(p, v) for p, v in experiments.values() if reports(o in v for o in objectives)]
         if kind == "run" and owner == run_id:
             prior.extend(rows)
             continue

@@ -108,6 +108,17 @@ class Checkpoint:
         # state_dict() shares storage with the live model and optimizer: keep what was written instead
         return cls(path, int(step), torch.load(io.BytesIO(buf.getvalue()), map_location="cpu", weights_only=True))
 
+    def copy_to(self, path: str | Path, extra: Mapping[str, Any]) -> Checkpoint:
+        """The same state written atomically to ``path`` with ``extra`` merged into its declaration."""
+        payload = {**self.payload, "extra": json.dumps({**self.extra, **dict(extra)}, sort_keys=True, default=str)}
+        buf = io.BytesIO()
+        torch.save(payload, buf)
+        try:
+            atomic_write_bytes(Path(path), buf.getvalue())
+        except OSError as err:
+            raise CheckpointError(f"{path}: cannot write checkpoint: {err}") from err
+        return Checkpoint(Path(path), self.step, payload)
+
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
         """Read a checkpoint; a missing, foreign or corrupt file raises CheckpointError naming it."""

@@ -100,3 +100,50 @@ def save_run_checkpoint(run_dir: str | Path, model: Any, optimizer: Any, schedul
                 "objectives": [str(o) for o in objectives], "target": target, "trial_dir": str(trial_dir)}
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return Checkpoint.save(checkpoint_path(run_dir), model, optimizer, scheduler, sampler, step=step, extra=declared)
+
+
+TRAINING_CHECKPOINTS = "checkpoints"
+"""The folder of a run's training checkpoints (``step-<N>.pt``), from which ``cann-tune checkpoint`` picks."""
+
+
+def training_checkpoints(run_dir: str | Path) -> dict[int, Path]:
+    """The run's training checkpoints by step (``run_dir/checkpoints/step-<N>.pt``)."""
+    folder = Path(run_dir) / TRAINING_CHECKPOINTS
+    out: dict[int, Path] = {}
+    for p in folder.glob("step-*.pt") if folder.is_dir() else ():
+        step = p.stem.removeprefix("step-")
+        if step.isdigit():
+            out[int(step)] = p
+    return dict(sorted(out.items()))
+
+
+def record_replay_point(run_dir: str | Path, step: int, *, trial: str | None = None,
+                        parameters: Sequence[str] | None = None, objectives: Sequence[str] | None = None,
+                        target: float | None = None) -> RunTrial:
+    """Make the run's training checkpoint at ``step`` (the latest one at or before it) its replay point
+    (``run_dir/replay-checkpoint.pt``), declaring the trial the checkpoint names or the one given."""
+    from debugtune.engine.tune.replay import Checkpoint  # needs torch
+
+    saved = training_checkpoints(run_dir)
+    usable = [s for s in saved if s <= step]
+    if not usable:
+        where = Path(run_dir) / TRAINING_CHECKPOINTS
+        have = ", ".join(map(str, saved)) or "none"
+        raise TrialSpecError(f"{where}: no training checkpoint at or before step {step} (steps saved: {have})")
+    try:
+        ckpt = Checkpoint.load(saved[max(usable)])
+    except CheckpointError as err:
+        raise TrialSpecError(str(err)) from None
+    declared = dict(ckpt.extra)
+    for key, value in (("trial", trial), ("parameters", None if parameters is None else sorted(parameters)),
+                       ("objectives", None if objectives is None else list(objectives)), ("target", target)):
+        if value is not None:
+            declared[key] = value
+    if not isinstance(declared.get("trial"), str) or ":" not in declared["trial"]:
+        raise TrialSpecError(f"{ckpt.path}: the checkpoint names no trial; give --trial module:function")
+    if not declared.get("parameters"):
+        raise TrialSpecError(f"{ckpt.path}: the checkpoint names no tuning parameters; give --parameters a,b")
+    ckpt.copy_to(checkpoint_path(run_dir), declared)
+    found = find_run_trial(run_dir)
+    assert found is not None
+    return found

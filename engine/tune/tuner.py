@@ -5,8 +5,10 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 
 * Initial design. With history: first the historical configuration where the history's ensemble mean
   is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
-  task, most similar task first (as many as the batch holds), then BO at once. Cold start: ``n_init``
-  random points.
+  task, most similar task first (as many as the batch holds); then one BO batch with the history's ensemble;
+  then the ``n_init`` random points a cold start of the same seed runs (their own random stream), so that a
+  misleading history costs two batches and no more; then BO. Cold start: those ``n_init`` random points, then
+  BO. A session that continues the target's own experiments with history: BO at once.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
@@ -40,6 +42,10 @@ from debugtune.engine.tune.rgpe import RGPEModel, TaskGPs, history_mean, seeded_
 from debugtune.engine.tune.space import SearchSpace
 
 STRATEGIES = ("bayesian", "random")
+HISTORY_BATCHES = 2
+"""With history, the batches the history leads (its initial design, then one BO step with the history's ensemble)
+before the cold start's random points run: a history that misleads costs those and no more, since the session
+then holds the cold start's points, one batch later."""
 REPLACEMENT_CANDIDATES = 2000
 MIN_DISTANCE = 0.02
 """Replacing a repeated proposal: random candidates drawn, and their least distance (encoded space, where
@@ -92,6 +98,9 @@ class Tuner:
         self.stop = stop or StopRule()
         self.rng = np.random.default_rng(seed)
         self.n_init = n_init if n_init is not None else int(np.clip(space.dim + 1, 2, 4))
+        self._design = space.sample(self.n_init, np.random.default_rng([seed, 1]))
+        """The initial random points, drawn from their own stream: a cold start and a transfer session of one
+        seed run the same ones (common random numbers)."""
         self.restarts = restarts
         self.parego = ParEGO(len(self.optimised), self.rng) if multi_objective else None
         self.history = [t for t in (self._encode_task(t) for t in history) if t is not None]
@@ -153,14 +162,29 @@ class Tuner:
         self._weights = {}
         if self.strategy == "random":
             points, origin = self.space.sample(n, self.rng), "random"
-        elif len(X) == 0 and self.history:
+        elif self.history and not self.trials and not len(self.prior_X):
             points, origin = self._historical_design(n), "history"
-        elif len(X) < (1 if self.history else self.n_init):
-            points, origin = self.space.sample(min(n, self.n_init - len(X)), self.rng), "random"
+        elif (left := self._random_design_left()) > 0:
+            start = self.n_init - left
+            points, origin = self._design[start:start + min(n, left)], "random"
+        elif len(X) == 0:  # every experiment so far failed: nothing to fit a model to
+            points, origin = self.space.sample(n, self.rng), "random"
         else:
             points, origin = self._bo_points(n), "bo"
         self._origin = origin
         return [self.space.decode(x) for x in points]
+
+    def _random_design_left(self) -> int:
+        """The initial random points still to run now: a cold start's ``n_init`` (less the target's own earlier
+        experiments); with history the same points after `HISTORY_BATCHES` batches, so that a misleading history,
+        which crowds the target's first points into its own corner, costs those batches and cannot hold the GP
+        there (a session continuing the target's own experiments: none)."""
+        done = sum(t.origin == "random" for t in self.trials)
+        if not self.history:
+            return self.n_init - len(self.prior_X) - done
+        if len(self.prior_X) or self._batch < HISTORY_BATCHES:
+            return 0
+        return self.n_init - done
 
     def _historical_design(self, n: int) -> np.ndarray:
         order = sorted(range(len(self.history)), key=lambda i: -self.history[i][0].similarity)

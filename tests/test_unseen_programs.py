@@ -153,6 +153,15 @@ def test_contrastive_loss_that_learns_is_not_named(tmp_path):
     assert _causes(tmp_path) == []
 
 
+def test_skipgram_whose_vectors_grow_from_zero_is_not_named(tmp_path):
+    """word2vec's start (context vectors zero, centre vectors ±0.5/dim): the update/weight ratio of a table growing
+    from nothing starts near 1 and says nothing of the step's size, so it is no evidence of a too-high rate."""
+    assert plain.skipgram(tmp_path).learned, "same-topic words end up closer"
+    report = diagnose(tmp_path)
+    assert "UpdateRatioTooHigh" not in {f.symptom for f in report.findings}
+    assert report.hypotheses == []
+
+
 def test_imported_jsonl_log_with_a_learning_rate_below_every_recipe(tmp_path):
     """A run that knew nothing of debugtune, imported from its JSON lines (loss, lr, grad_norm): the logged
     learning rate itself (LearningRateTiny) with a loss that does not fall names the cause."""

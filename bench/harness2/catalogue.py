@@ -1,7 +1,7 @@
 """The second harness's programs and what is injected into each: ``(program, cause, variant, knobs, criterion)``.
 
 Every supervised program has a ``Healthy`` control (the reference its faults are judged against, per seed); the
-programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph) are healthy-only
+programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph, skip-gram) are healthy-only
 families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`): ``loss`` — the run
 trained measurably worse than its healthy reference; ``balance`` — the expert load is measurably less even.
 """
@@ -31,8 +31,9 @@ PROGRAMS: dict[str, Callable[..., Outcome]] = {
     "reinforce": plain.reinforce,
     "gcn": plain.gcn,
     "contrastive": plain.contrastive,
+    "skipgram": plain.skipgram,
 }
-HEALTHY_ONLY = ("gan_discriminator", "gan_generator", "reinforce", "gcn", "contrastive")
+HEALTHY_ONLY = ("gan_discriminator", "gan_generator", "reinforce", "gcn", "contrastive", "skipgram")
 SEEDS = (0, 1, 2)
 VERSION = 1  # bump when a cell's meaning changes without its code changing
 

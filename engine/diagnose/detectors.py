@@ -36,7 +36,8 @@ DETECTORS: tuple[Detector, ...] = (
     # -- gradient flow ---------------------------------------------------------------------------------
     Detector("gradient.nan_inf", "NaNOrInf", G, _GN, _GP, grad.nan_inf, grad.gradient_data),
     Detector("gradient.explosion", "GradientExplosion", G, _GN, (*_GP, "gradient.explosion.*",
-                                                                 "gradient.update_ratio.high"),
+                                                                 "gradient.update_ratio.high",
+                                                                 "gradient.update_ratio.seed_*"),
              grad.explosion, grad.gradient_data),
     Detector("gradient.vanishing", "GradientVanishing", G, _GN,
              (*_GP, "gradient.vanishing.*"), grad.vanishing, grad.gradient_data),

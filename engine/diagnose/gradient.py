@@ -135,7 +135,37 @@ def _update_ratios(ctx: Context) -> Grid:
     grid = _layers(ctx, ctx.view.by_entity("update_ratio"))
     v = grid.values.copy()
     v[np.abs(v - 1.0) <= 1e-9] = np.nan
+    v[_growing_from_near_zero(ctx, grid)] = np.nan
     return Grid(grid.metric, grid.labels, grid.steps, v)
+
+
+def _growing_from_near_zero(ctx: Context, ratios: Grid) -> np.ndarray:
+    """The first samples of a layer that started near zero — its first weight norm zero, or below
+    ``gradient.update_ratio.seed_frac`` of the median of the other layers' first norms — up to the first sample
+    where it is above that share of the others' median and no longer grows by ``gradient.update_ratio.seed_growth``
+    by the next sample. The case of a
+    start from exactly zero, read a few steps later (skip-gram's context vectors, LoRA's B), where the ratio falls
+    from 1 as the layer grows and says nothing of the step's size. Against the other layers, not against the
+    layer's own later norm: a learning rate far too high grows every layer tenfold or more from an ordinary start."""
+    mask = np.zeros(ratios.values.shape, dtype=bool)
+    if not ctx.view.has("weight_norm") or ratios.values.shape[0] < 2:
+        return mask
+    w = _layers(ctx, ctx.view.by_entity("weight_norm")).like(ratios)
+    frac = ctx.th["gradient.update_ratio.seed_frac"]
+    for i, row in enumerate(w):
+        others = np.delete(w, i, axis=0)
+        seen = np.flatnonzero(np.isfinite(row) & np.isfinite(others).any(axis=0))
+        if seen.size < 2:
+            continue
+        ref = np.nanmedian(others[:, seen], axis=0)
+        norms = row[seen]
+        if norms[0] > 0 and norms[0] >= frac * ref[0]:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
+            growing = np.append(norms[1:] / norms[:-1], 1.0) >= ctx.th["gradient.update_ratio.seed_growth"]
+        settled = np.flatnonzero((norms >= frac * ref) & ~growing)
+        mask[i, seen[: settled[0] if settled.size else seen.size]] = True
+    return mask
 
 
 def _first_updates_small(ctx: Context) -> bool:

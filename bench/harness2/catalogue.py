@@ -1,8 +1,8 @@
 """The second harness's programs and what is injected into each: ``(program, cause, variant, knobs, criterion)``.
 
 Every supervised program has a ``Healthy`` control (the reference its faults are judged against, per seed); the
-programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph, skip-gram) are healthy-only
-families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`): ``loss`` — the run
+programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph, skip-gram) are
+healthy-only families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`): ``loss`` — the run
 trained measurably worse than its healthy reference; ``balance`` — the expert load is measurably less even.
 """
 

@@ -321,6 +321,7 @@ def skipgram(run_dir: Path, seed: int = 0, *, steps: int = 600, lr: float = 3.2)
     with torch.no_grad():
         e = F.normalize(centre.weight, dim=1)
         sim = e @ e.T
-        same = (torch.arange(vocab)[:, None] // per == torch.arange(vocab)[None, :] // per) & ~torch.eye(vocab, dtype=bool)
-        gap = float(sim[same].mean() - sim[~same & ~torch.eye(vocab, dtype=bool)].mean())
+        topic_of, other = torch.arange(vocab) // per, ~torch.eye(vocab, dtype=torch.bool)
+        same = (topic_of[:, None] == topic_of[None, :]) & other
+        gap = float(sim[same].mean() - sim[~same & other].mean())
     return Outcome(losses, learned=gap > 0.15, extra={"similarity_gap": gap})

@@ -2,8 +2,9 @@
 
 Every supervised program has a ``Healthy`` control (the reference its faults are judged against, per seed); the
 programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph, skip-gram) are
-healthy-only families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`): ``loss`` — the run
-trained measurably worse than its healthy reference; ``balance`` — the expert load is measurably less even.
+healthy-only families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`):
+``loss`` — the run trained measurably worse than its healthy reference; ``balance`` — the expert load is
+measurably less even.
 """
 
 from __future__ import annotations

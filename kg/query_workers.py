@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import errno
+import faulthandler
 import io
 import logging
 import os
@@ -209,11 +210,16 @@ def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoi
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
         pass
+    try:  # a start that hangs says where before the server kills it: its Python stack, on the server's stderr
+        faulthandler.dump_traceback_later(START_S * 0.8, file=2)
+    except (OSError, ValueError, RuntimeError):
+        pass
     for key, obj in shared.items():
         if isinstance(obj, OxigraphStore) and obj.path is not None:
             _KEEP.append(_open_read_only(obj, checkpoints.get(key)))
     if no_network:
         deny_network()
+    faulthandler.cancel_dump_traceback_later()
     conn.send_bytes(_dumps(("ready", anon_rss()), {}))
     while True:
         if not conn.poll(1.0):
@@ -371,8 +377,8 @@ class QueryWorkers:
                 worker.inherited = value or worker.inherited
                 return worker
             self._retire(worker)
-            LOG.error("query worker %d stopped: it did not start within %g s (attempt %d of 2)", worker.pid, START_S,
-                      attempt)
+            LOG.error("query worker %d stopped: it did not start within %g s (attempt %d of 2; where it waited: the "
+                      "stack it wrote above)", worker.pid, START_S, attempt)
         raise WorkerError("crashed", f"no worker process started within {START_S:g} s, twice (see the server's log)")
 
     @staticmethod

@@ -104,13 +104,15 @@ def test_serve_command_over_http(tmp_path):
     token.chmod(0o600)
     log = tmp_path / "serve.log"
     with cann_debug_serve(store_dir, "--allow-update", "--token-file", str(token), log=log) as url:
-        r = httpx.post(url + "/dsl", json={"query": "causes of run moe-1 limit 1"})
+        # the first query forks the first worker: up to two starts of START_S each under a loaded machine
+        r = httpx.post(url + "/dsl", json={"query": "causes of run moe-1 limit 1"}, timeout=30)
         assert r.status_code == 200, f"{r.text}\nserver log:\n{log.read_text()[-3000:]}"
         assert r.json()["rows"][0]["cause"] == "GateInitBias"
         upd = {"content-type": "application/sparql-update"}
         body = "INSERT DATA { GRAPH <urn:t> { <urn:a> <urn:b> <urn:c> } }"
-        assert httpx.post(url + "/sparql", content=body, headers=upd).status_code == 401
-        ok = httpx.post(url + "/sparql", content=body, headers={**upd, "Authorization": "Bearer 0123456789abcdef0123"})
+        assert httpx.post(url + "/sparql", content=body, headers=upd, timeout=30).status_code == 401
+        ok = httpx.post(url + "/sparql", content=body, headers={**upd, "Authorization": "Bearer 0123456789abcdef0123"},
+                        timeout=30)
         assert ok.status_code == 204
 
 

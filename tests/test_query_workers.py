@@ -153,7 +153,7 @@ def test_a_dying_worker_leaves_its_last_words_in_the_log(caplog):
         workers.close()
 
 
-def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, caplog, monkeypatch):
+def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, caplog, capfd, monkeypatch):
     monkeypatch.setattr(query_workers, "START_S", 0.5)
     store = _HangsAtOpen(tmp_path / "store")
     workers = QueryWorkers(1, 30.0)
@@ -164,6 +164,8 @@ def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, ca
         assert err.value.reason == "crashed" and "no worker process started within 0.5 s, twice" in str(err.value)
         lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
         assert len(lines) == 2 and all("did not start within 0.5 s" in line for line in lines), lines
+        stacks = capfd.readouterr().err  # each hung worker wrote where it waited before it was killed
+        assert stacks.count("most recent call first") >= 2 and "in use_read_only" in stacks, stacks
     finally:
         workers.close()
         store.close()

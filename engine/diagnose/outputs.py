@@ -5,7 +5,9 @@ The shared precomputation reads what the output looked like (``output_min``/``ma
 ``simplex_frac``) and which loss produced its gradient (``output_loss_identity``, one share per hypothesis of
 ``engine/capture/loss_identity``). The shape alone cannot tell a softmax before ``CrossEntropyLoss`` from a
 softmax before ``NLLLoss`` of its log; the gradient can, and it also sees an activation applied in the loss code,
-which the output hook cannot. Thresholds: ``convergence.outputs.*`` and ``convergence.loss_identity.*``.
+which the output hook cannot. A third detector reads the outputs' spread against the loss: a model that predicts
+about the same for every input (``convergence.explained.*``). Thresholds: ``convergence.outputs.*`` and
+``convergence.loss_identity.*``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from debugtune.engine.capture.loss_identity import BOUNDED, GATED
 from debugtune.engine.diagnose.base import Context, make_finding, severity
+from debugtune.engine.diagnose.objective import not_supervised
 from debugtune.engine.diagnose.registry import Emit, NotJudged
 
 ON_LOGITS = ("sigmoid_logits", "softmax_logits")
@@ -149,3 +152,46 @@ def loss_identity(ctx: Context, data: Outputs, out: Emit) -> None:
         {"loss_seen": seen, "share": wrong, "best_fitting_loss": fits, "fitting_share": right,
          "outputs": o.kind if squashed else "real-valued"},
         "convergence.loss_identity", int(ok[0])), (o.identity_steps, np.nan_to_num(series)))
+
+
+def explained_share(ctx: Context, data: Outputs, out: Emit) -> None:
+    """Late in the run, the model's predictions barely vary from one example to the next against the error they
+    leave: it predicts about the same for every input. Under a squared error at its least-squares fit the residual
+    is uncorrelated with the prediction, so ``var(prediction) / (var(prediction) + loss)`` is the share of the
+    targets' variance explained (R²); below ``convergence.explained.max_share`` the model has learnt almost
+    nothing of its inputs, whatever the loss did on the way (a regression falls to the targets' mean and stalls).
+
+    Judged only where that reading holds: the outputs are real values (not squashed), the output gradient is
+    measured and no loss on logits or probabilities explains it (a classifier's logits and cross-entropy are on
+    other scales), and the loss is a supervised one (engine.diagnose.objective)."""
+    th = ctx.th
+    if not data.identity:
+        raise NotJudged("which loss produced the output gradient was not measured (output_loss_identity)")
+    if max(data.identity.values()) >= th["convergence.loss_identity.share"]:
+        raise NotJudged("the output gradient is that of a classification loss: the outputs' spread and the loss "
+                        "are on different scales")
+    if data.squashed >= th["convergence.outputs.share"]:
+        raise NotJudged("the outputs are squashed")
+    reason = not_supervised(ctx.view.metrics, ctx.view.series("loss")[1], th["convergence.objective.negative_share"])
+    if reason is not None:
+        raise NotJudged(reason)
+    steps, std = ctx.view.series("output_std")
+    loss_steps, loss = ctx.view.series("loss")
+    at = dict(zip(loss_steps.tolist(), loss.tolist(), strict=True))
+    paired = np.array([at.get(int(s), np.nan) for s in steps])
+    share = std**2 / (std**2 + paired)
+    ok = np.isfinite(share) & (paired > 0)
+    steps, share = steps[ok], share[ok]
+    if steps.size < th.as_int("diagnose.min_samples"):
+        raise NotJudged(f"{steps.size} steps with both the output spread and the loss")
+    first = int(steps.size * th["convergence.explained.judge_from_frac"])
+    level = float(np.median(share[first:]))
+    limit = th["convergence.explained.max_share"]
+    if level >= limit:
+        return
+    out.add(make_finding(
+        "PredictionsNearConstant", "convergence", "", steps, first, steps.size - 1,
+        severity(limit / max(level, 1e-6), 1.0, limit / 1e-3),
+        {"explained_share": level, "threshold": limit, "output_std": float(np.median(std[ok][first:])),
+         "steps_judged": int(steps.size - first)},
+        "convergence.explained", steps.size - 1), (steps, share))

@@ -272,6 +272,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                        f"{int(_g(f.evidence, 'tensors_total'))} parameter tensors (first "
                                        f"{f.entity}) have requires_grad=False and never change (meant only "
                                        f"when probing or fine-tuning a part)"),
+    "PredictionsNearConstant": lambda f: (f"from step {f.onset_step} the model's predictions explained "
+                                          f"{_g(f.evidence, 'explained_share'):.0%} of the targets' variance "
+                                          f"(output std {_g(f.evidence, 'output_std'):.2g}): it predicts about the "
+                                          f"same for every input"),
     "OutputsNotLogits": lambda f: (f"the model's outputs were "
                                    f"{_OUTPUT_KIND.get(str(f.evidence.get('kind')), 'squashed')}"
                                    f" (range {_g(f.evidence, 'output_min'):.3g} to {_g(f.evidence, 'output_max'):.3g}),"

@@ -76,3 +76,17 @@ def test_verdict_states_every_check():
     summary = verdict([Check("acc", 0.95, ">=", 0.9), Check("err", float("nan"), "<=", 0.1)], extra=1.0)
     assert summary["learned"] is False and summary["acc"] == 0.95 and summary["extra"] == 1.0
     assert "acc 0.95 >= 0.9 (ok)" in summary["why"] and "err nan <= 0.1 (FAILED)" in summary["why"]
+
+
+def test_a_policy_gradient_loss_that_rises_is_no_overshoot(tmp_path):
+    """REINFORCE's loss is minus the advantage-weighted log-probability: it rises and falls by design, so an early
+    rise above its first value under large-ish first updates is not the overshoot that names a learning rate
+    (gradient.update_ratio.high's early burst reads the loss only where it is a supervised loss)."""
+    from debugtune.api import diagnose
+
+    prog = HEALTHY["reinforce_cartpole"]
+    _, summary = prog.train(2, tmp_path, True, "h-reinforce", None)
+    assert summary["learned"], summary["why"]
+    report = diagnose(tmp_path)
+    assert "UpdateRatioTooHigh" not in {f.symptom for f in report.findings}
+    assert report.hypotheses == []

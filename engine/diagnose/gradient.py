@@ -15,6 +15,7 @@ import numpy as np
 
 from debugtune.engine.diagnose.base import Context, layer_order, lr_schedule, make_finding, severity
 from debugtune.engine.diagnose.frame import Grid
+from debugtune.engine.diagnose.objective import not_supervised
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import (
     centred_median,
@@ -690,6 +691,8 @@ def _early_burst(ctx: Context, band: UpdateBand) -> np.ndarray | None:
     ls, loss = ctx.view.series("loss")
     if ls.size < 2 or not np.isfinite(loss[0]) or loss[0] <= 0:
         return None
+    if not_supervised(ctx.view.metrics, loss, th["convergence.objective.negative_share"]) is not None:
+        return None  # a policy-gradient or adversarial loss rises and falls by design: its rise is no overshoot
     early = ls < ls[0] + th["convergence.spike.early_steps"]
     window = np.where(early & np.isfinite(loss), loss, -np.inf)
     peak = int(np.argmax(window))

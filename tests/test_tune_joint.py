@@ -112,7 +112,22 @@ def chain_run(tmp_path_factory):
     run_dir = root / "chain-run"
     store, run, report = diagnosed_on_disk(
         root, run_dir, lambda d: train_chain(seed_chain(seed=1), d, run_id="chain-run", steps=SAVE_EVERY + 40))
-    return {"dir": run_dir, "store": store, "run": run, "symptoms": {f.symptom for f in report.findings}}
+    return {"dir": run_dir, "store": store, "run": run, "symptoms": {f.symptom for f in report.findings},
+            "report": report}
+
+
+def test_the_chain_s_diagnosis_finds_the_gate_s_gradient_vanished_from_the_start(chain_run):
+    """The saturated gate's gradient is a few percent of the layers' norm (the plain ratio does not call it
+    vanished) but a thousandth of theirs against its own weights: RouterGradVanishing from step 0, in the root
+    cause's chain right after the gate's own init finding and before every later symptom of the story."""
+    report = chain_run["report"]
+    found = next(f for f in report.findings if f.symptom == "RouterGradVanishing")
+    assert found.onset_step == 0
+    assert found.evidence["scaled_relative_to_layers"] < 0.01 < found.evidence["relative_to_layers"]
+    top = report.hypotheses[0]
+    assert top.cause == "GateInitBias"
+    chain = [s for s in top.chain[1:] if s != "RouterBiasedAtInit"]
+    assert chain[0] == "RouterGradVanishing", top.chain
 
 
 def test_the_chain_run_declares_no_replay_point_until_the_checkpoint_command_records_one(chain_run):

@@ -742,6 +742,11 @@ def _emit_band(ctx: Context, out: Emit, symptom: str, band: UpdateBand, level_of
 
 
 def router(ctx: Context, data: GradientData, out: Emit) -> None:
+    """A router's gradient vanished: its norm below ``gradient.router.floor``, below ``gradient.router.ratio`` of
+    the median layer's norm, or — measured consistently with the layers, each gradient against its own weights —
+    its ‖g‖/‖W‖ below ``gradient.router.scaled_ratio`` of the median layer's ‖g‖/‖W‖ (`_router_scaled_ratio`, a
+    running median over ``gradient.router.window_steps``: a batch whose tokens sit near the gate's decision
+    boundaries lifts one step's gradient)."""
     th, view = ctx.th, ctx.view
     norms = data.norms
     routers = view.by_entity("router_grad_norm")
@@ -750,23 +755,54 @@ def router(ctx: Context, data: GradientData, out: Emit) -> None:
     if not norms.empty and norms.steps.size != routers.steps.size:
         ref = np.interp(routers.steps, norms.steps, ffill(ref))
     floor, ratio_limit = th["gradient.router.floor"], th["gradient.router.ratio"]
+    scaled_limit = th["gradient.router.scaled_ratio"]
     persist = ctx.persist("gradient.persist_steps", routers.steps)
+    window = ctx.persist("gradient.router.window_steps", routers.steps)
     for i, name in enumerate(routers.labels):
         r = ffill(routers.values[i])
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(ref > 0, r / ref, np.nan)
-        mask = (r < floor) | (np.nan_to_num(rel, nan=np.inf) < ratio_limit)
+        scaled = centred_median(_router_scaled_ratio(ctx, norms, str(name), routers.steps, r), window)
+        mask = (r < floor) | (np.nan_to_num(rel, nan=np.inf) < ratio_limit) | \
+            (np.nan_to_num(scaled, nan=np.inf) < scaled_limit)
         start, length = longest_run(mask)
         if length < persist:
             continue
         ep = slice(start, start + length)
         rel_med = float(np.nanmedian(rel[ep])) if np.isfinite(rel[ep]).any() else float("nan")
-        sev = severity(ratio_limit / max(rel_med, 1e-30), 1.0, 1e3) if np.isfinite(rel_med) else 0.75
+        scaled_med = float(np.nanmedian(scaled[ep])) if np.isfinite(scaled[ep]).any() else float("nan")
+        sevs = [severity(limit / max(v, 1e-30), 1.0, 1e3) for limit, v in ((ratio_limit, rel_med),
+                                                                          (scaled_limit, scaled_med)) if np.isfinite(v)]
         out.add(make_finding(
-            "RouterGradVanishing", DIM, str(name), routers.steps, start, start + length - 1, sev,
+            "RouterGradVanishing", DIM, str(name), routers.steps, start, start + length - 1, max(sevs, default=0.75),
             {"router_grad_norm": float(np.median(r[ep])), "relative_to_layers": rel_med,
+             "scaled_relative_to_layers": scaled_med,
              "router_grad_norm_min": float(np.min(r)), "vanished_steps": length,
              "router_grad_norm_after": float(np.median(r[start + length:])) if start + length < r.size else
              float(np.median(r[ep]))},
             "gradient.router", start + persist - 1),
             (routers.steps, np.log10(np.maximum(r, 1e-30))))
+
+
+def _router_scaled_ratio(ctx: Context, norms: Grid, router: str, steps: np.ndarray, grad: np.ndarray) -> np.ndarray:
+    """Per step of ``steps``: the router's ‖g‖/‖W‖ (``grad`` over the norm of the weights recorded under its path)
+    over the median ‖g‖/‖W‖ of the other layers; NaN where the weights are not recorded. A gradient's norm grows
+    with its tensor's size and scale, so a saturated gate with weights far larger than a healthy one's can sit at a
+    few percent of the layers' norm while its gradient moves its weights a thousand times less than theirs do."""
+    out = np.full(steps.size, np.nan)
+    if not ctx.view.has("weight_norm") or norms.empty:
+        return out
+    w = _layers(ctx, ctx.view.by_entity("weight_norm")).like(norms)
+    w = np.array([ffill(row) for row in w]).reshape(w.shape)
+    own = np.array([str(n).startswith(router + ".") for n in norms.labels])
+    if not own.any() or own.all():
+        return out
+    with np.errstate(divide="ignore", invalid="ignore"):
+        layers = np.nanmedian(np.where(w[~own] > 0, norms.values[~own] / w[~own], np.nan), axis=0)
+        gate_w = np.sqrt(np.nansum(w[own] ** 2, axis=0))
+        gate_w[~np.isfinite(w[own]).any(axis=0)] = np.nan
+        if norms.steps.size != steps.size or not np.array_equal(norms.steps, steps):
+            layers = np.interp(steps, norms.steps, ffill(layers))
+            gate_w = np.interp(steps, norms.steps, ffill(gate_w))
+        out = np.where((gate_w > 0) & (layers > 0), grad / gate_w / layers, np.nan)
+    return out

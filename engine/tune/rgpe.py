@@ -4,7 +4,9 @@ Feurer, Letham, Hutter & Bakshy, "Practical transfer learning for Bayesian optim
 (arXiv:1802.02219); reference implementation ``automl/transfer-hpo-framework`` ``rgpe/methods/rgpe.py``.
 Each task's outputs are z-scored on their own; the weight of model i is the probability (over posterior
 draws) that it has the lowest pairwise ranking loss on the target's observations (the target GP is
-judged by leave-one-out draws). Prediction: mu = sum w_i mu_i, var = sum w_i^2 var_i, mapped back to
+judged by leave-one-out draws); a task whose median loss is worse than the target GP's 95th percentile (the
+paper's weight-dilution guard) or no better than a random ranking's (it tells nothing of the target's order) gets
+weight 0. Prediction: mu = sum w_i mu_i, var = sum w_i^2 var_i, mapped back to
 target units. ``X``/``Y`` are the target task's data only, so Emukit's EI takes the target's best as
 incumbent. Every random draw comes from the ``numpy.random.Generator`` given; GPy's optimizer restarts
 use the global numpy state, which :func:`seeded_global` sets from that generator and restores.
@@ -234,8 +236,9 @@ class RGPEModel(IModel, IDifferentiable):
         loo = (y - alpha / diag) + np.sqrt(1.0 / diag) * self.rng.standard_normal((self.n_samples, n))
         losses[-1] = _misranked(loo, np.broadcast_to(y, loo.shape), y)
         threshold = np.percentile(losses[-1], 95)  # weight-dilution guard: drop tasks worse than the target
+        chance = n * (n - 1) / 2  # a random ranking's expected count (`_misranked`): no information
         for i in range(k - 1):
-            if np.median(losses[i]) > threshold:
+            if np.median(losses[i]) > threshold or np.median(losses[i]) >= chance:
                 losses[i] = 2 * losses.max() + 1
         best = losses == losses.min(axis=0, keepdims=True)
         self.weights = (best / best.sum(axis=0, keepdims=True)).mean(axis=1)

@@ -6,9 +6,15 @@ Ask/tell: :meth:`Tuner.ask` proposes the next batch, :meth:`Tuner.tell` takes th
 * Initial design. With history: first the historical configuration where the history's ensemble mean
   is lowest (RGPE's mean before the target has a point), then the best configuration of each historical
   task, most similar task first (as many as the batch holds); then one BO batch with the history's ensemble;
-  then the ``n_init`` random points a cold start of the same seed runs (their own random stream), so that a
-  misleading history costs two batches and no more; then BO. Cold start: those ``n_init`` random points, then
-  BO. A session that continues the target's own experiments with history: BO at once.
+  then the ``n_init`` random points a cold start of the same seed runs (their own random stream); then BO. Cold
+  start: those ``n_init`` random points, then BO. A session that continues the target's own experiments with
+  history: BO at once.
+* A history that misleads costs the batches it led and no more (safe transfer): at each BO step after those
+  batches RGPE weighs the history on the target's own observations; once it gives every historical task weight 0
+  (each ranks the target's observations worse than the target's own GP does, or no better than chance), the
+  history is dropped for good and the session proposes what the cold start of the same seed proposes — a cold
+  `Tuner` fed the target's experiments less the history-led ones, with its own random stream — so it runs the cold
+  start's experiments, the history-led batches later.
 * BO step: an Emukit ``BayesianOptimizationLoop`` over the space, whose model is :class:`RGPEModel`
   (historical tasks + the target's observations), expected improvement over the target's best, and
   local penalisation (Emukit's ``LocalPenalizationPointCalculator``) for a batch of ``parallel`` points.
@@ -112,6 +118,15 @@ class Tuner:
         self._batch = 0
         self._origin = "bo"
         self._best_trace: list[float] = []
+        self._cold: Tuner | None = None
+        """The cold start this session falls back to once RGPE drops the history (module doc); None without a
+        history-led design."""
+        if self.history and not len(self.prior_X) and strategy == "bayesian":
+            self._cold = Tuner(space, objectives, seed=seed, parallel=parallel, multi_objective=multi_objective,
+                               n_init=self.n_init, stop=stop, restarts=restarts)
+        self.history_dropped = False
+        """RGPE gave every historical task weight 0 after the history-led batches: the cold start's proposals
+        from then on."""
 
     # -- data ------------------------------------------------------------------------------------------
     def _signed(self, values: dict[str, float]) -> np.ndarray | None:
@@ -169,10 +184,29 @@ class Tuner:
             points, origin = self._design[start:start + min(n, left)], "random"
         elif len(X) == 0:  # every experiment so far failed: nothing to fit a model to
             points, origin = self.space.sample(n, self.rng), "random"
-        else:
+        elif not self.history_dropped:
             points, origin = self._bo_points(n), "bo"
+        if self.history_dropped:
+            assert self._cold is not None
+            self._origin = "cold"
+            configs = self._cold.ask(n)
+            self._weights = dict(self._cold._weights)
+            return configs
         self._origin = origin
         return [self.space.decode(x) for x in points]
+
+    def _history_led(self, t: Trial) -> bool:
+        """Whether ``t`` was proposed by the history (its design and the BO step it leads)."""
+        return self._cold is not None and t.batch < HISTORY_BATCHES
+
+    def _judge_history(self) -> None:
+        """Drop the history for good when RGPE, judging it on the target's observations after the batches it led,
+        gives every historical task weight 0 (module doc)."""
+        if self._cold is None or self.history_dropped or self._batch < HISTORY_BATCHES or not self._weights:
+            return
+        if any(w > 0 for k, w in self._weights.items() if k != "target"):
+            return
+        self.history_dropped = True
 
     def _random_design_left(self) -> int:
         """The initial random points still to run now: a cold start's ``n_init`` (less the target's own earlier
@@ -237,6 +271,9 @@ class Tuner:
         with seeded_global(self.rng):
             model.optimize()
             self._weights = dict(zip([*model.task_names, "target"], map(float, model.weights), strict=True))
+            self._judge_history()
+            if self.history_dropped:
+                return np.zeros((0, self.space.dim))
             if self.space.is_finite:
                 optimizer = RandomSearchAcquisitionOptimizer(self.space.emukit, num_eval_points=2000)
             else:
@@ -282,6 +319,10 @@ class Tuner:
                       seconds=res.seconds, weights=dict(self._weights))
             self.trials.append(t)
             out.append(t)
+        if self._cold is not None and self._batch >= HISTORY_BATCHES:  # the cold start sees what it would have run
+            if not self.history_dropped:
+                self._cold._origin = "random" if self._origin == "random" else "bo"
+            self._cold.tell(requests, outcomes)
         self._batch += 1
         self._best_trace.extend([self._progress()] * len(out))
         return out

@@ -67,8 +67,18 @@ class GradientData:
         return global_norm(self.ctx)
 
     @cached_property
+    def weights(self) -> Grid | None:
+        """The layers × steps grid of weight norms (detail steps), None where the probe recorded none."""
+        view = self.ctx.view
+        return _layers(self.ctx, view.by_entity("weight_norm")) if view.has("weight_norm") else None
+
+    @cached_property
+    def update_ratios(self) -> Grid:
+        return _update_ratios(self.ctx, self.weights)
+
+    @cached_property
     def update_band(self) -> UpdateBand | None:
-        return _update_band(self.ctx)
+        return _update_band(self.ctx, self.update_ratios)
 
     def judged_norms(self) -> tuple[np.ndarray, np.ndarray]:
         """The global norm, or NotJudged when too few steps of it were recorded."""
@@ -113,12 +123,12 @@ def nan_inf(ctx: Context, data: GradientData, out: Emit) -> None:
         "gradient.nan_inf", first), (steps, steps_bad.astype(float)))
 
 
-def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
+def _initial_grad_weight_ratio(ctx: Context, data: GradientData) -> float | None:
     """Median over layers of ‖g‖/‖W‖ over the first steps (None without weight norms, or when the measured
     first update is small: see ``_first_updates_small``)."""
-    if not ctx.view.has("weight_norm") or norms.empty or _first_updates_small(ctx):
+    norms, weights = data.norms, data.weights
+    if weights is None or norms.empty or _first_updates_small(ctx, data):
         return None
-    weights = _layers(ctx, ctx.view.by_entity("weight_norm"))
     k = min(ctx.th.as_int("gradient.explosion.init_steps"), norms.steps.size)
     w = weights.like(norms)[:, :k]
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -128,7 +138,7 @@ def _initial_grad_weight_ratio(ctx: Context, norms: Grid) -> float | None:
     return float(np.nanmedian(np.nanmedian(r, axis=1)))
 
 
-def _update_ratios(ctx: Context) -> Grid:
+def _update_ratios(ctx: Context, weights: Grid | None) -> Grid:
     """Per-layer ``update_ratio`` (input → output), without the samples of a layer stepping from exactly zero.
     The probe divides by the weight after the step, so a layer that was all zeros before it (word2vec's output
     vectors, LoRA's B, a zero-initialised residual branch) has ‖ΔW‖ = ‖W‖: a ratio of exactly 1 that says
@@ -136,11 +146,11 @@ def _update_ratios(ctx: Context) -> Grid:
     grid = _layers(ctx, ctx.view.by_entity("update_ratio"))
     v = grid.values.copy()
     v[np.abs(v - 1.0) <= 1e-9] = np.nan
-    v[_growing_from_near_zero(ctx, grid)] = np.nan
+    v[_growing_from_near_zero(ctx, grid, weights)] = np.nan
     return Grid(grid.metric, grid.labels, grid.steps, v)
 
 
-def _growing_from_near_zero(ctx: Context, ratios: Grid) -> np.ndarray:
+def _growing_from_near_zero(ctx: Context, ratios: Grid, weights: Grid | None) -> np.ndarray:
     """The first samples of a layer that started near zero — its first weight norm zero, or below
     ``gradient.update_ratio.seed_frac`` of the median of the other layers' first norms — up to the first sample
     where it is above that share of the others' median and no longer grows by ``gradient.update_ratio.seed_growth``
@@ -149,9 +159,9 @@ def _growing_from_near_zero(ctx: Context, ratios: Grid) -> np.ndarray:
     from 1 as the layer grows and says nothing of the step's size. Against the other layers, not against the
     layer's own later norm: a learning rate far too high grows every layer tenfold or more from an ordinary start."""
     mask = np.zeros(ratios.values.shape, dtype=bool)
-    if not ctx.view.has("weight_norm") or ratios.values.shape[0] < 2:
+    if weights is None or ratios.values.shape[0] < 2:
         return mask
-    w = _layers(ctx, ctx.view.by_entity("weight_norm")).like(ratios)
+    w = weights.like(ratios)
     frac = ctx.th["gradient.update_ratio.seed_frac"]
     for i, row in enumerate(w):
         others = np.delete(w, i, axis=0)
@@ -169,14 +179,14 @@ def _growing_from_near_zero(ctx: Context, ratios: Grid) -> np.ndarray:
     return mask
 
 
-def _first_updates_small(ctx: Context) -> bool:
+def _first_updates_small(ctx: Context, data: GradientData) -> bool:
     """The first recorded update is within the update band (median per-layer ‖ΔW‖/‖W‖ below
     ``gradient.update_ratio.high``). A gradient as large as the weights predicts a too-large step only under
     SGD; an adaptive optimiser (Adam: about lr per coordinate) bounds the step whatever the gradient, as with a
     GAN's N(0, 0.02) initialisation. Where the update itself was measured it decides, not its proxy."""
     if not ctx.view.has("update_ratio"):
         return False
-    g = _update_ratios(ctx)
+    g = data.update_ratios
     if g.empty:
         return False
     k = min(ctx.th.as_int("gradient.explosion.init_steps"), g.steps.size)
@@ -215,7 +225,7 @@ def explosion(ctx: Context, data: GradientData, out: Emit) -> None:
         beta3 = th["gradient.explosion.first_last_ratio"]
         hits.append(("first_last_ratio", np.nan_to_num(ratio) > beta3, np.nan_to_num(ratio), beta3))
     # gradients as large as the weights themselves from the first steps (inputs or init far off scale)
-    init = _initial_grad_weight_ratio(ctx, norms)
+    init = _initial_grad_weight_ratio(ctx, data)
     if init is not None:
         limit = th["gradient.explosion.init_ratio"]
         mask = np.zeros(n, dtype=bool)
@@ -643,13 +653,12 @@ class UpdateBand:
     high_start: int | None     # where a sustained episode above the band begins (None: none)
 
 
-def _update_band(ctx: Context) -> UpdateBand | None:
+def _update_band(ctx: Context, grid: Grid) -> UpdateBand | None:
     th = ctx.th
-    grid = _update_ratios(ctx)
     need_steps(ctx, grid.steps, "update_ratio")
     if grid.empty:
         return None
-    v = grid.values
+    v = grid.values.copy()
     v[v <= th["gradient.zero_update.eps"]] = np.nan  # frozen layers are ZeroUpdate's business
     if not np.isfinite(v).any():
         return None
@@ -762,7 +771,7 @@ def router(ctx: Context, data: GradientData, out: Emit) -> None:
         r = ffill(routers.values[i])
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.where(ref > 0, r / ref, np.nan)
-        scaled = centred_median(_router_scaled_ratio(ctx, norms, str(name), routers.steps, r), window)
+        scaled = centred_median(_router_scaled_ratio(data.weights, norms, str(name), routers.steps, r), window)
         mask = (r < floor) | (np.nan_to_num(rel, nan=np.inf) < ratio_limit) | \
             (np.nan_to_num(scaled, nan=np.inf) < scaled_limit)
         start, length = longest_run(mask)
@@ -784,15 +793,16 @@ def router(ctx: Context, data: GradientData, out: Emit) -> None:
             (routers.steps, np.log10(np.maximum(r, 1e-30))))
 
 
-def _router_scaled_ratio(ctx: Context, norms: Grid, router: str, steps: np.ndarray, grad: np.ndarray) -> np.ndarray:
+def _router_scaled_ratio(weights: Grid | None, norms: Grid, router: str, steps: np.ndarray,
+                         grad: np.ndarray) -> np.ndarray:
     """Per step of ``steps``: the router's ‖g‖/‖W‖ (``grad`` over the norm of the weights recorded under its path)
     over the median ‖g‖/‖W‖ of the other layers; NaN where the weights are not recorded. A gradient's norm grows
     with its tensor's size and scale, so a saturated gate with weights far larger than a healthy one's can sit at a
     few percent of the layers' norm while its gradient moves its weights a thousand times less than theirs do."""
     out = np.full(steps.size, np.nan)
-    if not ctx.view.has("weight_norm") or norms.empty:
+    if weights is None or norms.empty:
         return out
-    w = _layers(ctx, ctx.view.by_entity("weight_norm")).like(norms)
+    w = weights.like(norms)
     w = np.array([ffill(row) for row in w]).reshape(w.shape)
     own = np.array([str(n).startswith(router + ".") for n in norms.labels])
     if not own.any() or own.all():

@@ -195,10 +195,6 @@ class Tuner:
         self._origin = origin
         return [self.space.decode(x) for x in points]
 
-    def _history_led(self, t: Trial) -> bool:
-        """Whether ``t`` was proposed by the history (its design and the BO step it leads)."""
-        return self._cold is not None and t.batch < HISTORY_BATCHES
-
     def _judge_history(self) -> None:
         """Drop the history for good when RGPE, judging it on the target's observations after the batches it led,
         gives every historical task weight 0 (module doc)."""

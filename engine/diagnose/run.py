@@ -45,6 +45,8 @@ class Diagnosis:
     engine: str = "memory"
     rows: int = 0
     catalog: Catalog | None = None
+    recorded: frozenset[str] = frozenset()
+    """The metric names the run recorded (what a next run would need beyond them is in the report's blind spots)."""
 
     @property
     def diagnosed(self) -> list[str]:
@@ -95,7 +97,8 @@ def diagnose_view(view: TelemetryView | LazyView, th: Thresholds, dimensions: It
     edges, graph = correlation_edges(findings, series, th)
     timing["correlation"] = time.perf_counter() - t0
     findings.sort(key=lambda f: (f.onset_step, f.id))
-    return Diagnosis(view.run, view.meta, findings, edges, graph, judged, coverage, notes, timing, steps)
+    return Diagnosis(view.run, view.meta, findings, edges, graph, judged, coverage, notes, timing, steps,
+                     recorded=frozenset(view.metrics))
 
 
 ENGINES = ("auto", "memory", "duckdb", "ray")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from debugtune.engine.diagnose.run import Diagnosis
 from debugtune.engine.diagnose.thresholds import Thresholds
+from debugtune.engine.infer.blind import blind_spots
 from debugtune.engine.infer.causal import (
     UNKNOWN,
     CauseScore,
@@ -176,6 +177,8 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
         run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
         advice=ranking.advice, undetermined=ranking.undetermined,
+        blind=None if diagnosis.findings else blind_spots(diagnosis.judged, diagnosis.coverage,
+                                                                   diagnosis.recorded, th),
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps,
         report_threshold=calibrated(th["infer.report_threshold"], th),
         stored_in=getattr(store, "target", None))

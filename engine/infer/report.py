@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from debugtune.engine.infer.blind import BlindSpots
 from debugtune.engine.infer.undetermined import Undetermined
 from debugtune.engine.telemetry.atomic import atomic_write_bytes
 from debugtune.kg.records import CorrelationEdge, Finding, Hypothesis
@@ -51,13 +52,16 @@ class DiagnosisReport:
     """Advisory causes and set-up risks with no observed failure: worth a look, not a root cause."""
     undetermined: Undetermined | None = None
     """When no cause is reported or the first two are close: the candidates and what would tell them apart."""
+    blind: BlindSpots | None = None
+    """When the training flows were judged on too few symptoms to call a run without findings healthy."""
 
     @property
     def status(self) -> str:
-        """"diagnosed" (a cause above the threshold), "undetermined" (findings, no such cause) or "healthy"."""
+        """"diagnosed" (a cause above the threshold), "undetermined" (findings but no such cause, or no findings
+        from too few judged symptoms) or "healthy"."""
         if self.hypotheses:
             return "diagnosed"
-        return "undetermined" if self.findings else "healthy"
+        return "undetermined" if self.findings or self.blind is not None else "healthy"
 
     @property
     def top(self) -> Hypothesis | None:
@@ -71,6 +75,8 @@ class DiagnosisReport:
             h = self.hypotheses[0]
             return f"root cause: {h.cause} (confidence {h.confidence:.2f}); {scope}"
         best = next((c for c in self.candidates if c.cause != "unknown"), None)
+        if not self.findings and self.blind is not None:
+            return f"{self.blind.sentence()} ({scope})"
         if not self.findings:
             return f"no findings and no hypothesis: the run looks healthy ({scope})"
         if self.undetermined is not None:
@@ -97,6 +103,7 @@ class DiagnosisReport:
             "notes": list(self.notes),
             "advice": [{**h.as_dict(), "rank": h.rank} for h in self.advice],
             "undetermined": self.undetermined.as_dict() if self.undetermined is not None else None,
+            "blind_spots": self.blind.as_dict() if self.blind is not None else None,
             "report_threshold": self.report_threshold,
             "timing_s": {k: round(v, 4) for k, v in self.timing_s.items()},
             "stored_in": self.stored_in,

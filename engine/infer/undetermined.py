@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from debugtune.engine.diagnose.detectors import DETECTORS
+from debugtune.engine.infer.blind import metrics_for
 from debugtune.engine.infer.causal import CauseScore
 
 
@@ -48,16 +48,6 @@ class Undetermined:
                 f"{first.symptom}) would tell them apart")
 
 
-def _metrics_for(symptom: str) -> tuple[str, ...]:
-    """The metrics a run needs for some detector to judge ``symptom`` (its first requirement group's options)."""
-    out: list[str] = []
-    for det in DETECTORS:
-        if det.symptom == symptom:
-            for group in det.requires:
-                out += [m for m in group if m not in out]
-    return tuple(out)
-
-
 def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float], judged: set[str], *,
                  floor: float, spread_min: float, top: int = 3, deciders: int = 3) -> Undetermined | None:
     """The ``top`` candidates above ``floor`` and the unjudged symptoms whose probability under them differs by
@@ -71,7 +61,7 @@ def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float],
         symptoms = {sym for s in lead for sym in s.activation} - judged
         for sym in symptoms:
             p = {s.cause: float(s.activation.get(sym, 0.0)) for s in lead}
-            metrics = _metrics_for(sym)
+            metrics = metrics_for(sym)
             spread = max(p.values()) - min(p.values())
             if metrics and spread >= spread_min:
                 ranked.append((spread, Decider(sym, metrics, p)))

@@ -79,6 +79,10 @@ class DiagnosisReport:
             return f"{self.blind.sentence()} ({scope})"
         if not self.findings:
             return f"no findings and no hypothesis: the run looks healthy ({scope})"
+        if self.advice:
+            a = self.advice[0]
+            return (f"{len(self.findings)} finding(s), no root cause (none explains an observed failure); advice: "
+                    f"{a.cause} (confidence {a.confidence:.2f}), worth a look ({scope})")
         if self.undetermined is not None:
             return f"{len(self.findings)} finding(s), {self.undetermined.sentence()} ({scope})"
         near = f"; best candidate {best.cause} at {best.confidence:.2f}" if best else ""

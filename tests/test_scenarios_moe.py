@@ -135,3 +135,17 @@ def test_the_locality_prior_keeps_a_small_gate_s_dispatch_in_the_token_s_cabinet
     local = train_step(build_moe(replace(base, locality_prior=3.0)))["cross_cabinet_share"]
     assert free > 0.5  # a gate of std 0.02 routes at random: about 3 tokens in 4 leave their cabinet
     assert local == 0.0
+
+
+def test_cabinet_limited_routing_sends_only_the_overflow_across_cabinets():
+    base = MoEConfig(cabinets=4, num_experts=16, cycle_steps=128, cycle_skew=3.0, cabinet_limited=True)
+    roomy = train_step(build_moe(replace(base, capacity_factor=4.0)))
+    assert roomy["cross_cabinet_share"] == 0.0 and roomy["dropped_frac"] == 0.0  # every token stays home
+    job = build_moe(replace(base, capacity_factor=1.0))
+    tight = train_step(job)
+    layer = job.model.moe_layers()[0]
+    st, cap = layer.routed(), layer.capacity(base.batch_size * base.seq_len)
+    overflow = int(np.maximum(st.tokens - cap, 0).sum())
+    assert overflow > 0 and st.remote == overflow - st.dropped  # exactly the overflow crossed (or was dropped)
+    assert st.dispatched == base.batch_size * base.seq_len - st.dropped
+    assert tight["cross_cabinet_share"] == pytest.approx(st.remote / st.dispatched)

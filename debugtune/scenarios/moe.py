@@ -69,7 +69,12 @@ class MoEConfig(SequenceModelConfig):
     puts the routers' gates on their own Adam learning rate, ``lr * gate_lr_scale`` (a router learning-rate
     multiplier); ``locality_prior`` > 0 makes the dispatch topology-aware: an expert in another cabinet than the
     token's is selected only when its logit beats the best home expert's by more than ``locality_prior`` (the gate
-    weights stay the softmax probabilities; the experiments of issue 32 with it are in docs/tune.md)."""
+    weights stay the softmax probabilities; the experiments of issue 32 with it are in docs/tune.md).
+    ``cabinet_limited`` (off by default) is node-limited routing taken to one cabinet with overflow (DeepSeek-V3,
+    arXiv 2412.19437 sec. 2.1.2, with M = 1): each token picks its expert(s) among its own cabinet's, and an
+    assignment beyond that expert's capacity spills to the best remote expert (by gate score) that still has room,
+    combined with the token's own gate weight (dropped only when no remote expert has room); the spilled tokens are
+    the cross-cabinet traffic (issue 32's second attempt, docs/tune.md)."""
 
     lr: float = 3e-3
     warmup_steps: int = 0
@@ -78,6 +83,7 @@ class MoEConfig(SequenceModelConfig):
     grad_clip: float = 0.0
     gate_lr_scale: float = 1.0
     locality_prior: float = 0.0
+    cabinet_limited: bool = False
     seed: int = 0
 
 
@@ -143,6 +149,7 @@ class MoELayer(nn.Module):
         self.capacity_factor = cfg.capacity_factor
         self.cabinets = cfg.cabinets
         self.locality_prior = cfg.locality_prior
+        self.cabinet_limited = cfg.cabinet_limited
         self.stats: RoutingStats | None = None
 
     def capacity(self, tokens: int) -> int:
@@ -158,15 +165,19 @@ class MoELayer(nn.Module):
         home = token_cabinets(shape[0], shape[1], self.cabinets)
         cabinet_of = torch.as_tensor([expert_cabinet(i, e, self.cabinets) for i in range(e)])
         far = cabinet_of[None, :] != home[:, None]
-        prior = self.locality_prior > 0 and self.cabinets > 1
-        self.router.prior = self.locality_prior * far.float() if prior else None
+        limited = self.cabinet_limited and self.cabinets > 1
+        prior = (self.locality_prior > 0 or limited) and self.cabinets > 1
+        self.router.prior = (1e9 if limited else self.locality_prior) * far.float() if prior else None
         gates, index, logits = self.router(flat)
         probs = logits.float().softmax(dim=-1)
         cap = self.capacity(t)
         out = torch.zeros_like(flat)
         tokens = np.zeros(e, dtype=np.int64)
         dropped = remote = dispatched = 0
-        for i in range(e):
+        if limited:
+            tokens, dropped, remote, dispatched = self._dispatch_limited(flat, out, gates, index, logits, probs,
+                                                                          far, cap)
+        for i in range(e if not limited else 0):
             tok, slot = (index == i).nonzero(as_tuple=True)
             tokens[i] = tok.numel()
             if tok.numel() > cap:
@@ -183,6 +194,58 @@ class MoELayer(nn.Module):
         loc = (probs * far.to(probs.dtype)).sum(dim=-1).mean()
         self.stats = RoutingStats(tokens, dropped, lb, zl, remote, dispatched, loc)
         return out.reshape(shape)
+
+    def _dispatch_limited(self, flat: torch.Tensor, out: torch.Tensor, gates: torch.Tensor, index: torch.Tensor,
+                          logits: torch.Tensor, probs: torch.Tensor, far: torch.Tensor,
+                          cap: int) -> tuple[np.ndarray, int, int, int]:
+        """Cabinet-limited dispatch with overflow (``cabinet_limited``): every expert keeps its first ``cap`` home
+        assignments (position order); the rest spill, round by round, to their best remote expert with room left
+        (each expert takes the spilled tokens proposed to it in position order), combined with the token's own gate
+        weight. Returns tokens per expert (the
+        router's home choices), dropped, remote and dispatched assignment counts."""
+        e = self.router.num_experts
+        tokens = np.zeros(e, dtype=np.int64)
+        kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+        over_tok, over_slot = [], []
+        for i in range(e):
+            tok, slot = (index == i).nonzero(as_tuple=True)
+            tokens[i] = tok.numel()
+            kept.append((tok[:cap], slot[:cap]))
+            over_tok.append(tok[cap:])
+            over_slot.append(slot[cap:])
+        room = torch.as_tensor([cap - k[0].numel() for k in kept])
+        pending, pslot = torch.cat(over_tok), torch.cat(over_slot)
+        pos = pending.argsort()  # spilled in position order
+        pending, pslot = pending[pos], pslot[pos]
+        n_over = pending.numel()
+        spilled: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(e)]
+        if n_over:
+            score = logits.detach().float()[pending].masked_fill(~far[pending], float("-inf"))
+            order = score.argsort(dim=-1, descending=True)
+            left = torch.ones(n_over, dtype=torch.bool)
+            for r in range(int(far[pending].sum(dim=-1).max())):
+                want = order[:, r]
+                for j in torch.unique(want[left]).tolist():
+                    cand = (left & (want == j)).nonzero(as_tuple=True)[0][: max(0, int(room[j]))]
+                    if cand.numel():
+                        spilled[j].append((pending[cand], pslot[cand]))
+                        room[j] -= cand.numel()
+                        left[cand] = False
+                if not left.any():
+                    break
+        remote = dispatched = 0
+        for i in range(e):
+            tok, slot = kept[i]
+            far_tok = torch.cat([x[0] for x in spilled[i]]) if spilled[i] else tok[:0]
+            far_slot = torch.cat([x[1] for x in spilled[i]]) if spilled[i] else slot[:0]
+            remote += far_tok.numel()
+            dispatched += tok.numel() + far_tok.numel()
+            if tok.numel() + far_tok.numel():
+                w = torch.cat([gates[tok, slot], gates[far_tok, far_slot]])
+                both = torch.cat([tok, far_tok])
+                y = self.experts[i](flat[both])
+                out.index_add_(0, both, y * w.unsqueeze(-1).to(y.dtype))
+        return tokens, n_over - remote, remote, dispatched
 
     def routed(self) -> RoutingStats:
         """The statistics of the last forward pass (an error before the first one)."""

@@ -116,3 +116,36 @@ def test_the_moe_lm_program_is_the_seed_scenario_training():
         np.testing.assert_array_equal(program.series["loss"], direct.losses)
         np.testing.assert_array_equal(program.series["tokens_per_expert"], direct.tokens_per_expert)
         np.testing.assert_array_equal(program.series["router_grad_norm"], direct.router_grad_norm)
+
+
+def test_the_gate_learning_rate_multiplier_is_opt_in_and_survives_a_learning_rate_override():
+    assert len(build_moe(MoEConfig()).optimizer.param_groups) == 1  # off: one group, today's optimizer
+    job = build_moe(MoEConfig(gate_lr_scale=10.0))
+    rest, gate = job.optimizer.param_groups
+    assert gate["lr"] == pytest.approx(10 * rest["lr"])
+    gate_params = {id(p) for _, r in job.model.routers() for p in r.gate.parameters()}
+    assert {id(p) for p in gate["params"]} == gate_params
+    apply_overrides(job, {"lr": 1e-3})
+    assert (rest["lr"], gate["lr"]) == (pytest.approx(1e-3), pytest.approx(1e-2))
+
+
+def test_the_locality_prior_keeps_a_small_gate_s_dispatch_in_the_token_s_cabinet():
+    base = MoEConfig(cabinets=4, cycle_steps=128, cycle_skew=3.0)
+    free = train_step(build_moe(base))["cross_cabinet_share"]
+    local = train_step(build_moe(replace(base, locality_prior=3.0)))["cross_cabinet_share"]
+    assert free > 0.5  # a gate of std 0.02 routes at random: about 3 tokens in 4 leave their cabinet
+    assert local == 0.0
+
+
+def test_cabinet_limited_routing_sends_only_the_overflow_across_cabinets():
+    base = MoEConfig(cabinets=4, num_experts=16, cycle_steps=128, cycle_skew=3.0, cabinet_limited=True)
+    roomy = train_step(build_moe(replace(base, capacity_factor=4.0)))
+    assert roomy["cross_cabinet_share"] == 0.0 and roomy["dropped_frac"] == 0.0  # every token stays home
+    job = build_moe(replace(base, capacity_factor=1.0))
+    tight = train_step(job)
+    layer = job.model.moe_layers()[0]
+    st, cap = layer.routed(), layer.capacity(base.batch_size * base.seq_len)
+    overflow = int(np.maximum(st.tokens - cap, 0).sum())
+    assert overflow > 0 and st.remote == overflow - st.dropped  # exactly the overflow crossed (or was dropped)
+    assert st.dispatched == base.batch_size * base.seq_len - st.dropped
+    assert tight["cross_cabinet_share"] == pytest.approx(st.remote / st.dispatched)

@@ -63,13 +63,27 @@ class SequenceModelConfig:
 
 @dataclass(frozen=True)
 class MoEConfig(SequenceModelConfig):
-    """Everything that defines one MoE training; frozen (use ``dataclasses.replace`` for variants)."""
+    """Everything that defines one MoE training; frozen (use ``dataclasses.replace`` for variants).
+
+    Two opt-in fields, off by default (the training is then exactly what it was without them): ``gate_lr_scale``
+    puts the routers' gates on their own Adam learning rate, ``lr * gate_lr_scale`` (a router learning-rate
+    multiplier); ``locality_prior`` > 0 makes the dispatch topology-aware: an expert in another cabinet than the
+    token's is selected only when its logit beats the best home expert's by more than ``locality_prior`` (the gate
+    weights stay the softmax probabilities; the experiments of issue 32 with it are in docs/tune.md).
+    ``cabinet_limited`` (off by default) is node-limited routing taken to one cabinet with overflow (DeepSeek-V3,
+    arXiv 2412.19437 sec. 2.1.2, with M = 1): each token picks its expert(s) among its own cabinet's, and an
+    assignment beyond that expert's capacity spills to the best remote expert (by gate score) that still has room,
+    combined with the token's own gate weight (dropped only when no remote expert has room); the spilled tokens are
+    the cross-cabinet traffic (issue 32's second attempt, docs/tune.md)."""
 
     lr: float = 3e-3
     warmup_steps: int = 0
     steps: int = 300
     batch_size: int = 16
     grad_clip: float = 0.0
+    gate_lr_scale: float = 1.0
+    locality_prior: float = 0.0
+    cabinet_limited: bool = False
     seed: int = 0
 
 
@@ -82,6 +96,7 @@ class Router(nn.Module):
         self.num_experts = num_experts
         self.top_k = top_k
         self.normalize_topk = normalize_topk
+        self.prior: torch.Tensor | None = None  # [tokens, experts]: the topology's selection penalty, or None
 
     def reset(self, std: float, bias: float, biased_experts: int) -> None:
         """Weights ~ N(0, std); bias ``bias`` on the first ``biased_experts`` experts, 0 elsewhere."""
@@ -93,7 +108,11 @@ class Router(nn.Module):
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         logits = self.gate(x)
         probs = logits.float().softmax(dim=-1)
-        gates, index = probs.topk(self.top_k, dim=-1)
+        if self.prior is not None and self.prior.shape == logits.shape:
+            _, index = (logits.detach().float() - self.prior).topk(self.top_k, dim=-1)
+            gates = probs.gather(1, index)
+        else:
+            gates, index = probs.topk(self.top_k, dim=-1)
         if self.normalize_topk:
             gates = gates / gates.sum(dim=-1, keepdim=True)
         return gates, index, logits
@@ -129,6 +148,8 @@ class MoELayer(nn.Module):
         self.experts = nn.ModuleList(Expert(cfg.d_model, cfg.d_ff) for _ in range(cfg.num_experts))
         self.capacity_factor = cfg.capacity_factor
         self.cabinets = cfg.cabinets
+        self.locality_prior = cfg.locality_prior
+        self.cabinet_limited = cfg.cabinet_limited
         self.stats: RoutingStats | None = None
 
     def capacity(self, tokens: int) -> int:
@@ -140,33 +161,91 @@ class MoELayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        gates, index, logits = self.router(flat)
         e, t = self.router.num_experts, flat.shape[0]
+        home = token_cabinets(shape[0], shape[1], self.cabinets)
+        cabinet_of = torch.as_tensor([expert_cabinet(i, e, self.cabinets) for i in range(e)])
+        far = cabinet_of[None, :] != home[:, None]
+        limited = self.cabinet_limited and self.cabinets > 1
+        prior = (self.locality_prior > 0 or limited) and self.cabinets > 1
+        self.router.prior = (1e9 if limited else self.locality_prior) * far.float() if prior else None
+        gates, index, logits = self.router(flat)
+        probs = logits.float().softmax(dim=-1)
         cap = self.capacity(t)
         out = torch.zeros_like(flat)
         tokens = np.zeros(e, dtype=np.int64)
         dropped = remote = dispatched = 0
-        home = token_cabinets(shape[0], shape[1], self.cabinets)
-        for i in range(e):
+        if limited:
+            tokens, dropped, remote, dispatched = self._dispatch_limited(flat, out, gates, index, logits, probs,
+                                                                          far, cap)
+        for i in range(e if not limited else 0):
             tok, slot = (index == i).nonzero(as_tuple=True)
             tokens[i] = tok.numel()
             if tok.numel() > cap:
                 dropped += tok.numel() - cap
                 tok, slot = tok[:cap], slot[:cap]
             dispatched += tok.numel()
-            remote += int((home[tok] != expert_cabinet(i, e, self.cabinets)).sum())
+            remote += int((home[tok] != cabinet_of[i]).sum())
             if tok.numel():
                 y = self.experts[i](flat[tok])
                 out.index_add_(0, tok, y * gates[tok, slot].unsqueeze(-1).to(y.dtype))
-        probs = logits.float().softmax(dim=-1)
         frac = torch.as_tensor(tokens / max(1, t * self.router.top_k), dtype=probs.dtype)
         lb = e * (frac * probs.mean(dim=0)).sum()
         zl = torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
-        cabinet_of = torch.as_tensor([expert_cabinet(i, e, self.cabinets) for i in range(e)])
-        far = (cabinet_of[None, :] != home[:, None]).to(probs.dtype)
-        loc = (probs * far).sum(dim=-1).mean()
+        loc = (probs * far.to(probs.dtype)).sum(dim=-1).mean()
         self.stats = RoutingStats(tokens, dropped, lb, zl, remote, dispatched, loc)
         return out.reshape(shape)
+
+    def _dispatch_limited(self, flat: torch.Tensor, out: torch.Tensor, gates: torch.Tensor, index: torch.Tensor,
+                          logits: torch.Tensor, probs: torch.Tensor, far: torch.Tensor,
+                          cap: int) -> tuple[np.ndarray, int, int, int]:
+        """Cabinet-limited dispatch with overflow (``cabinet_limited``): every expert keeps its first ``cap`` home
+        assignments (position order); the rest spill, round by round, to their best remote expert with room left
+        (each expert takes the spilled tokens proposed to it in position order), combined with the token's own gate
+        weight. Returns tokens per expert (the
+        router's home choices), dropped, remote and dispatched assignment counts."""
+        e = self.router.num_experts
+        tokens = np.zeros(e, dtype=np.int64)
+        kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+        over_tok, over_slot = [], []
+        for i in range(e):
+            tok, slot = (index == i).nonzero(as_tuple=True)
+            tokens[i] = tok.numel()
+            kept.append((tok[:cap], slot[:cap]))
+            over_tok.append(tok[cap:])
+            over_slot.append(slot[cap:])
+        room = torch.as_tensor([cap - k[0].numel() for k in kept])
+        pending, pslot = torch.cat(over_tok), torch.cat(over_slot)
+        pos = pending.argsort()  # spilled in position order
+        pending, pslot = pending[pos], pslot[pos]
+        n_over = pending.numel()
+        spilled: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(e)]
+        if n_over:
+            score = logits.detach().float()[pending].masked_fill(~far[pending], float("-inf"))
+            order = score.argsort(dim=-1, descending=True)
+            left = torch.ones(n_over, dtype=torch.bool)
+            for r in range(int(far[pending].sum(dim=-1).max())):
+                want = order[:, r]
+                for j in torch.unique(want[left]).tolist():
+                    cand = (left & (want == j)).nonzero(as_tuple=True)[0][: max(0, int(room[j]))]
+                    if cand.numel():
+                        spilled[j].append((pending[cand], pslot[cand]))
+                        room[j] -= cand.numel()
+                        left[cand] = False
+                if not left.any():
+                    break
+        remote = dispatched = 0
+        for i in range(e):
+            tok, slot = kept[i]
+            far_tok = torch.cat([x[0] for x in spilled[i]]) if spilled[i] else tok[:0]
+            far_slot = torch.cat([x[1] for x in spilled[i]]) if spilled[i] else slot[:0]
+            remote += far_tok.numel()
+            dispatched += tok.numel() + far_tok.numel()
+            if tok.numel() + far_tok.numel():
+                w = torch.cat([gates[tok, slot], gates[far_tok, far_slot]])
+                both = torch.cat([tok, far_tok])
+                y = self.experts[i](flat[both])
+                out.index_add_(0, both, y * w.unsqueeze(-1).to(y.dtype))
+        return tokens, n_over - remote, remote, dispatched
 
     def routed(self) -> RoutingStats:
         """The statistics of the last forward pass (an error before the first one)."""
@@ -277,7 +356,14 @@ def build_moe(cfg: MoEConfig) -> MoEJob:
     model = MoELM(cfg)
     for _, router in model.routers():
         router.reset(cfg.gate_init_std, cfg.gate_bias, cfg.gate_bias_experts)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    if cfg.gate_lr_scale == 1.0:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    else:  # the gates on their own learning rate (a multiplier of the model's)
+        gate_ids = {id(p) for _, r in model.routers() for p in r.gate.parameters()}
+        optimizer = torch.optim.Adam([
+            {"params": [p for p in model.parameters() if id(p) not in gate_ids], "lr_scale": 1.0},
+            {"params": [p for p in model.parameters() if id(p) in gate_ids], "lr": cfg.lr * cfg.gate_lr_scale,
+             "lr_scale": cfg.gate_lr_scale}], lr=cfg.lr)
     scheduler = None
     if cfg.warmup_steps > 0:
         w = cfg.warmup_steps
@@ -363,10 +449,10 @@ def apply_overrides(job: MoEJob, overrides: dict[str, Any]) -> MoEJob:
         layer.router.normalize_topk = cfg.normalize_topk
     if "lr" in overrides:
         for g in job.optimizer.param_groups:
-            g["lr"] = cfg.lr
-            g["initial_lr"] = cfg.lr
+            g["lr"] = cfg.lr * g.get("lr_scale", 1.0)
+            g["initial_lr"] = g["lr"]
         if job.scheduler is not None:
-            job.scheduler.base_lrs = [cfg.lr for _ in job.scheduler.base_lrs]
+            job.scheduler.base_lrs = [cfg.lr * g.get("lr_scale", 1.0) for g in job.optimizer.param_groups]
     job.cfg = cfg
     return job
 

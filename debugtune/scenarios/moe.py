@@ -172,22 +172,8 @@ class MoELayer(nn.Module):
         probs = logits.float().softmax(dim=-1)
         cap = self.capacity(t)
         out = torch.zeros_like(flat)
-        tokens = np.zeros(e, dtype=np.int64)
-        dropped = remote = dispatched = 0
-        if limited:
-            tokens, dropped, remote, dispatched = self._dispatch_limited(flat, out, gates, index, logits, probs,
-                                                                          far, cap)
-        for i in range(e if not limited else 0):
-            tok, slot = (index == i).nonzero(as_tuple=True)
-            tokens[i] = tok.numel()
-            if tok.numel() > cap:
-                dropped += tok.numel() - cap
-                tok, slot = tok[:cap], slot[:cap]
-            dispatched += tok.numel()
-            remote += int((home[tok] != cabinet_of[i]).sum())
-            if tok.numel():
-                y = self.experts[i](flat[tok])
-                out.index_add_(0, tok, y * gates[tok, slot].unsqueeze(-1).to(y.dtype))
+        dispatch = self._dispatch_limited if limited else self._dispatch_topk
+        tokens, dropped, remote, dispatched = dispatch(flat, out, gates, index, logits, far, cap)
         frac = torch.as_tensor(tokens / max(1, t * self.router.top_k), dtype=probs.dtype)
         lb = e * (frac * probs.mean(dim=0)).sum()
         zl = torch.logsumexp(logits.float(), dim=-1).pow(2).mean()
@@ -195,9 +181,27 @@ class MoELayer(nn.Module):
         self.stats = RoutingStats(tokens, dropped, lb, zl, remote, dispatched, loc)
         return out.reshape(shape)
 
+    def _dispatch_topk(self, flat: torch.Tensor, out: torch.Tensor, gates: torch.Tensor, index: torch.Tensor,
+                       logits: torch.Tensor, far: torch.Tensor, cap: int) -> tuple[np.ndarray, int, int, int]:
+        """The router's own choices: each expert keeps its first ``cap`` assignments (position order) and drops the
+        rest. Returns tokens per expert, dropped, remote and dispatched assignment counts."""
+        tokens = np.zeros(self.router.num_experts, dtype=np.int64)
+        dropped = remote = dispatched = 0
+        for i in range(self.router.num_experts):
+            tok, slot = (index == i).nonzero(as_tuple=True)
+            tokens[i] = tok.numel()
+            if tok.numel() > cap:
+                dropped += tok.numel() - cap
+                tok, slot = tok[:cap], slot[:cap]
+            dispatched += tok.numel()
+            remote += int(far[tok, i].sum())
+            if tok.numel():
+                y = self.experts[i](flat[tok])
+                out.index_add_(0, tok, y * gates[tok, slot].unsqueeze(-1).to(y.dtype))
+        return tokens, dropped, remote, dispatched
+
     def _dispatch_limited(self, flat: torch.Tensor, out: torch.Tensor, gates: torch.Tensor, index: torch.Tensor,
-                          logits: torch.Tensor, probs: torch.Tensor, far: torch.Tensor,
-                          cap: int) -> tuple[np.ndarray, int, int, int]:
+                          logits: torch.Tensor, far: torch.Tensor, cap: int) -> tuple[np.ndarray, int, int, int]:
         """Cabinet-limited dispatch with overflow (``cabinet_limited``): every expert keeps its first ``cap`` home
         assignments (position order); the rest spill, round by round, to their best remote expert with room left
         (each expert takes the spilled tokens proposed to it in position order), combined with the token's own gate

@@ -318,6 +318,26 @@ def test_links_bandwidth_and_share(tmp_path, th, rng):
     assert finding(d, "AllToAllImbalance").entity == "rank:1"
 
 
+@pytest.mark.parametrize("shape, onset", [("soars late", 210), ("spread early, then local", None),
+                                          ("an early excursion, then soars", 180), ("high throughout", 0)])
+def test_cross_cabinet_traffic_is_found_where_it_sets_in_and_stays(tmp_path, th, rng, shape, onset):
+    """The seed story's traffic soars late: found from where it stays above 15%, not only once half the run had
+    it. A router that starts spread over the cabinets and learns its locality is healthy."""
+    steps = np.arange(N)
+    share = {"soars late": np.where(steps >= 210, 0.35, 0.05),
+             "spread early, then local": np.where(steps < 30, 0.6, 0.03),
+             "an early excursion, then soars": np.select([steps < 20, steps >= 180], [0.5, 0.3], 0.04),
+             "high throughout": np.full(N, 0.4)}[shape] + 0.01 * rng.random(N)
+    ranks = {r: [*moe_rows(rng), ("communication", "cross_cabinet_share", "", share)] for r in (0, 1)}
+    d = run_and_diagnose(tmp_path, th, ranks)
+    assert "CrossCabinetTraffic" in d.judged
+    if onset is None:
+        assert "CrossCabinetTraffic" not in symptoms(d)
+        return
+    f = finding(d, "CrossCabinetTraffic")
+    assert f.onset_step == onset and f.evidence["share"] == pytest.approx(float(np.median(share[onset:])), abs=0.01)
+
+
 def test_hardware_counters(tmp_path, th, rng):
     rows = [("hardware", "util_pct", "device:0", 30 + rng.random(N)),
             ("hardware", "mem_used_bytes", "device:0", np.full(N, 79e9)),

@@ -318,6 +318,74 @@ def test_log_softmax_before_nll_is_correct_as_wired(tmp_path, th):
     assert not found & {"OutputsNotLogits", "SquashBeforeLogitLoss"}
 
 
+class _Gate(torch.nn.Module):
+    """Squeeze-excitation on features: a sigmoid whose output multiplies the signal that flows past it."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.squeeze, self.excite = torch.nn.Linear(d, d // 4), torch.nn.Linear(d // 4, d)
+        self.gate = torch.nn.Sigmoid()
+
+    def forward(self, h):
+        return h * self.gate(self.excite(self.squeeze(h).relu()))
+
+
+def test_gates_are_not_hidden_activations(tmp_path, th):
+    """Gates switch a signal on or off, so they sit near 0 or 1 and their slope is small by design: a healthy
+    squeeze-excitation MLP is no saturating-activation fault. The probe tells them apart by what a weight layer
+    takes as input: a hidden sigmoid's own output (through a dropout too), never a gate's."""
+    torch.manual_seed(0)
+    gated = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), _Gate(32), torch.nn.Linear(32, 32),
+                                torch.nn.ReLU(), _Gate(32), torch.nn.Linear(32, 4))
+    hidden = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Sigmoid(), torch.nn.Dropout(0.1),
+                                 torch.nn.Linear(32, 32), torch.nn.Sigmoid(), torch.nn.Linear(32, 4))
+    probe, found = {}, {}
+    for name, model in (("gated", gated), ("hidden", hidden)):
+        with torch.no_grad():  # the gates pushed towards their bounds, as trained gates sit
+            for m in model.modules():
+                if isinstance(m, _Gate):
+                    m.excite.bias.fill_(6.0)
+        train(tmp_path / name, model, torch.optim.Adam(model.parameters(), lr=1e-3), th, steps=30)
+        probe[name] = read_run_json(tmp_path / name)["probe"]
+        found[name] = {f.symptom for f in diagnose_run(tmp_path / name, Thresholds.from_store(knowledge_store()),
+                                                       ["gradient"]).findings}
+    assert probe["gated"]["hidden_bounded"] == [] and probe["gated"]["gates"] == ["2.gate", "5.gate"]
+    assert not found["gated"] & {"ActivationSaturation", "BoundedActivationsAttenuate"}
+    assert probe["hidden"]["hidden_bounded"] == ["1", "4"] and probe["hidden"]["gates"] == []
+    assert "BoundedActivationsAttenuate" in found["hidden"]
+
+
+def _narrow_logits(seed=0):
+    """An MLP whose logits all sit inside (0, 1): small output weights over a bias of 0.3, as a network that
+    barely learns (sigmoid hidden layers, a tiny learning rate) leaves them."""
+    model = mlp(seed=seed)
+    with torch.no_grad():
+        model[-1].weight.mul_(0.01)
+        model[-1].bias.fill_(0.3)
+    return model
+
+
+def test_logits_inside_the_unit_interval_are_not_a_sigmoid(tmp_path, th):
+    """By their range alone such logits look like a sigmoid's outputs; the probe sees that the model returned the
+    last weight layer's own tensor, so no activation squashed them, and cross-entropy on them is correctly wired.
+    The same logits through a real sigmoid are still squashed before a loss that applies its own softmax, and so
+    is the layer's own tensor once an in-place activation rewrote it (its version counter moved)."""
+    found, tel = {}, {}
+    for name, model in (("logits", _narrow_logits()),
+                        ("sigmoid", torch.nn.Sequential(_narrow_logits(), torch.nn.Sigmoid())),
+                        ("inplace", torch.nn.Sequential(_narrow_logits(), torch.nn.ReLU(inplace=True)))):
+        tel[name] = train(tmp_path / name, model, torch.optim.SGD(model.parameters(), lr=1e-4), th, steps=6)
+        found[name] = {f.symptom for f in diagnose_run(tmp_path / name, Thresholds.from_store(knowledge_store()),
+                                                       ["convergence"]).findings}
+    assert tel["logits"].series("output_max")[1].max() < 1 and tel["logits"].series("output_min")[1].min() > 0
+    assert tel["logits"].series("output_from_layer_frac")[1].min() == 1.0
+    assert tel["sigmoid"].series("output_from_layer_frac")[1].max() == 0.0
+    assert tel["inplace"].series("output_from_layer_frac")[1].max() == 0.0  # the layer's tensor, rewritten in place
+    assert "OutputsNotLogits" in found["inplace"]
+    assert not found["logits"] & {"OutputsNotLogits", "SquashBeforeLogitLoss"}
+    assert {"OutputsNotLogits", "SquashBeforeLogitLoss"} <= found["sigmoid"]
+
+
 def test_softmax_inside_the_model_shows_in_its_output(tmp_path, th):
     def run(name, softmax):
         base = mlp()

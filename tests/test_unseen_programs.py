@@ -162,6 +162,17 @@ def test_contrastive_loss_that_learns_is_not_named(tmp_path):
     assert _causes(tmp_path) == []
 
 
+def test_gated_blocks_whose_gates_sit_at_their_bounds_are_not_named(tmp_path):
+    """GLU and squeeze-excitation gates are sigmoid modules whose outputs sit near 0 or 1 by design: the probe lists
+    them as gates (no weight layer takes their output), so neither saturation nor attenuation is read from them.
+    Before, this program showed BoundedActivationsAttenuate at a gate, and a plainer squeeze-excitation MLP
+    (ReLU layers, two gates, Adam) was named SaturatingActivations at 0.97."""
+    assert plain.gated_mlp(tmp_path).learned, "the gated classifier learns"
+    report = diagnose(tmp_path)
+    assert not {f.symptom for f in report.findings} & {"ActivationSaturation", "BoundedActivationsAttenuate"}
+    assert report.hypotheses == []
+
+
 def test_skipgram_whose_vectors_grow_from_zero_is_not_named(tmp_path):
     """word2vec's start (context vectors zero, centre vectors ±0.5/dim): the update/weight ratio of a table growing
     from nothing starts near 1 and says nothing of the step's size, so it is no evidence of a too-high rate."""

@@ -2,7 +2,8 @@
 
 Every supervised program has a ``Healthy`` control (the reference its faults are judged against, per seed); the
 programs whose loss is not a supervised loss (GAN, policy gradient, contrastive, full-batch graph, skip-gram) are
-healthy-only families. A fault counts only when it manifested by the program's own record (:mod:`.manifest`):
+healthy-only families, as is a gated classifier (GLU and squeeze-excitation gates: sigmoid modules that are no
+hidden activations). A fault counts only when it manifested by the program's own record (:mod:`.manifest`):
 ``loss`` — the run trained measurably worse than its healthy reference; ``balance`` — the expert load is
 measurably less even.
 """
@@ -33,8 +34,9 @@ PROGRAMS: dict[str, Callable[..., Outcome]] = {
     "gcn": plain.gcn,
     "contrastive": plain.contrastive,
     "skipgram": plain.skipgram,
+    "gated_mlp": plain.gated_mlp,
 }
-HEALTHY_ONLY = ("gan_discriminator", "gan_generator", "reinforce", "gcn", "contrastive", "skipgram")
+HEALTHY_ONLY = ("gan_discriminator", "gan_generator", "reinforce", "gcn", "contrastive", "skipgram", "gated_mlp")
 SEEDS = (0, 1, 2)
 VERSION = 1  # bump when a cell's meaning changes without its code changing
 

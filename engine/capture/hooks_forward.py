@@ -27,6 +27,12 @@
   from the same moments. These see activations applied functionally (``F.relu``, ``torch.sigmoid``) that hooks
   on activation modules miss.
 - **Forward order**: the layer entities in the order their forward first ran (until the first optimizer step).
+  Over the same forwards, which bounded activation modules feed a weight layer: their output tensor (or a view
+  of it) is a weight layer's input, directly or through modules that only drop, pool or reshape it
+  (``PASS_THROUGH``). Those are hidden units (run.json ``probe.hidden_bounded``); a bounded module whose output
+  only ever multiplies another tensor (a squeeze-excitation or GLU gate, an LSTM cell's gates) is a gate
+  (``probe.gates``): it switches a signal that flows past it, and its slope and saturation say nothing about
+  the network's hidden activations.
 
 Only forwards with autograd enabled count (evaluation under ``no_grad`` is not the training's signal); values
 accumulate over the forwards of a step (micro-batches, a GAN's real and fake passes). The hooks read their
@@ -36,6 +42,7 @@ tensors under ``no_grad`` and never write them; every sum is in float64 (the nat
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -190,6 +197,21 @@ def _feature_dim(is_conv: bool, kernel_dims: int) -> Callable[[Any], int]:
     return lambda x: 1 if x.dim() == kernel_dims + 2 else 0
 
 
+PASS_THROUGH = ("Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout", "Identity",
+                "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
+                "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+                "AdaptiveMaxPool2d", "AdaptiveMaxPool3d")
+"""Modules that pass an activation's output on to the next weight layer without mixing in another tensor."""
+
+
+def _storage(x: Any) -> int | None:
+    """The data pointer of a tensor's storage (shared by its views), or None for an empty or odd tensor."""
+    try:
+        return int(x.untyped_storage().data_ptr()) if x is not None and x.numel() else None
+    except (RuntimeError, AttributeError, TypeError):
+        return None
+
+
 class ForwardEvidence:
     """Forward hooks on the model and its weight layers (see the module docstring)."""
 
@@ -235,6 +257,10 @@ class ForwardEvidence:
         self._layer_modules = layers
         self._order_modules = order
         self._bounded_modules = activation_modules(model, bounded_only=True)
+        kinds = tuple(getattr(torch.nn, k) for k in PASS_THROUGH if hasattr(torch.nn, k))
+        self._pass_modules = [(n, m) for n, m in model.named_modules() if isinstance(m, kinds)]
+        self._marks: dict[int, tuple[str, Any]] = {}  # storage → (bounded module, weakref to its output)
+        self.feeds: set[str] = set()  # bounded modules whose output reached a weight layer's input
         self.order: list[str] = []
         self.sequence: list[tuple[bool, str]] = []   # (is a weight layer, name) in first-call order
         self._order_handles: list[Any] = []
@@ -244,6 +270,8 @@ class ForwardEvidence:
         self.input_kind: dict[str, Any] = {"floating": None, "dtype": None, "shape": None}
         self.output = Moments()
         self.simplex = [0, 0]
+        self.raw = [0, 0]  # forwards whose output is the last weight layer's own tensor, forwards seen
+        self._last_layer: tuple[int, int] | None = None  # (storage, version) of the last weight layer's output
 
     def install(self, handles: list[Any]) -> None:
         """Register the hooks (appended to ``handles``, which the probe removes at close)."""
@@ -256,7 +284,12 @@ class ForwardEvidence:
             handles.append(h)
             self._order_handles.append(h)
         for name, module in self._bounded_modules:
-            h = module.register_forward_pre_hook(partial(self._on_bounded, name))
+            for h in (module.register_forward_pre_hook(partial(self._on_bounded, name)),
+                      module.register_forward_hook(partial(self._on_bounded_out, name))):
+                handles.append(h)
+                self._order_handles.append(h)
+        for _name, module in self._pass_modules:
+            h = module.register_forward_hook(self._on_pass)
             handles.append(h)
             self._order_handles.append(h)
 
@@ -265,6 +298,7 @@ class ForwardEvidence:
         for h in self._order_handles:
             h.remove()
         self._order_handles.clear()
+        self._marks.clear()
 
     # -- hooks -------------------------------------------------------------------------------------
     def training(self) -> tuple[bool, bool]:
@@ -278,22 +312,60 @@ class ForwardEvidence:
         if name not in self.order:
             self.order.append(name)
             self.sequence.append((True, name))
+        try:
+            mark = self._mark_of(first_float(args))
+            if mark is not None:
+                self.feeds.add(mark)
+        except Exception as exc:  # noqa: BLE001 — the probe must never raise into the training loop
+            self.errors.add("order_hook", exc)
 
     def _on_bounded(self, name: str, module: Any, args: Any) -> None:
         if (False, name) not in self.sequence:
             self.sequence.append((False, name))
 
+    def _mark_of(self, x: Any) -> str | None:
+        """The bounded module whose output ``x`` is (or is a view of), while that output is still alive."""
+        mark = self._marks.get(_storage(x) or 0)
+        return mark[0] if mark is not None and mark[1]() is not None else None
+
+    def _remember(self, name: str, y: Any) -> None:
+        ptr = _storage(y)
+        if ptr is not None:
+            self._marks[ptr] = (name, weakref.ref(y))
+
+    def _on_bounded_out(self, name: str, module: Any, args: Any, output: Any) -> None:
+        try:
+            self._remember(name, first_float(output))
+        except Exception as exc:  # noqa: BLE001
+            self.errors.add("order_hook", exc)
+
+    def _on_pass(self, module: Any, args: Any, output: Any) -> None:
+        """A dropout, pooling or reshaping module passes a bounded output's mark on to its own output."""
+        try:
+            mark = self._mark_of(first_float(args))
+            if mark is not None:
+                self._remember(mark, first_float(output))
+        except Exception as exc:  # noqa: BLE001
+            self.errors.add("order_hook", exc)
+
     def hidden_bounded(self) -> list[str]:
-        """Bounded activations (sigmoid, tanh …) that a weight layer follows in the forward pass: hidden units, not
-        the model's squashed output."""
+        """Bounded activations (sigmoid, tanh …) whose output a weight layer takes as its input: hidden units, not
+        the model's squashed output nor a gate."""
+        return [name for layer, name in self.sequence if not layer and name in self.feeds]
+
+    def gates(self) -> list[str]:
+        """Bounded activations that a weight layer follows in the forward pass but whose output no weight layer
+        takes: gates that multiply another signal (squeeze-excitation, GLU, hand-written LSTM cells)."""
         last = max((i for i, (layer, _) in enumerate(self.sequence) if layer), default=-1)
-        return [name for i, (layer, name) in enumerate(self.sequence) if not layer and i < last]
+        return [name for i, (layer, name) in enumerate(self.sequence)
+                if not layer and i < last and name not in self.feeds]
 
     def _on_input(self, module: Any, args: Any, kwargs: Any) -> None:
         try:
             recording, detail = self.training()
             if not recording:
                 return
+            self._last_layer = None
             x = first_float((args, kwargs), min_dim=1)
             if x is None:
                 t = first_tensor((args, kwargs))
@@ -318,6 +390,9 @@ class ForwardEvidence:
             if y is None:
                 return
             self.output.add(_row(y))
+            self.raw[1] += 1
+            if self._last_layer is not None and self._last_layer == (_storage(y), y._version):
+                self.raw[0] += 1
             if self.simplex_tol is not None and y.numel():
                 hit, rows = simplex_rows(y, self.simplex_tol)
                 self.simplex[0] += hit
@@ -344,6 +419,8 @@ class ForwardEvidence:
             y = first_float(output)
             if y is not None:
                 sig.out.add(_row(y))
+                ptr = _storage(y)  # with its version: an in-place activation after the layer (ReLU(inplace=True)) bumps it
+                self._last_layer = (ptr, y._version) if ptr is not None else None
             x = first_float(args)
             if x is None or x.dim() == 0:
                 return
@@ -383,6 +460,8 @@ class ForwardEvidence:
             rows.add("convergence", "output_zero_frac", ("",), out.zeros / out.n)
         if self.simplex[1]:
             rows.add("convergence", "output_simplex_frac", ("",), self.simplex[0] / self.simplex[1])
+        if self.raw[1]:
+            rows.add("convergence", "output_from_layer_frac", ("",), self.raw[0] / self.raw[1])
         identity = self.identity.take() if self.identity is not None else None
         if identity is not None:
             rows.add("convergence", "output_loss_identity", identity[0], identity[1])
@@ -390,7 +469,7 @@ class ForwardEvidence:
             for metric, value in (reader.take() or {}).items():
                 rows.add("convergence", metric, ("",), value)
         self.input, self.input_ratio, self.token_share = Moments(), None, None
-        self.output, self.simplex = Moments(), [0, 0]
+        self.output, self.simplex, self.raw = Moments(), [0, 0], [0, 0]
         self._take_layers(rows)
 
     def _take_layers(self, rows: StepRows) -> None:
@@ -439,4 +518,4 @@ class ForwardEvidence:
 
     def report(self) -> dict[str, Any]:
         return {"input": dict(self.input_kind), "forward_order": list(self.order),
-                "weight_layers": len(self.layers), "hidden_bounded": self.hidden_bounded()}
+                "weight_layers": len(self.layers), "hidden_bounded": self.hidden_bounded(), "gates": self.gates()}

@@ -18,7 +18,7 @@ from debugtune.engine.diagnose.base import Context, make_finding, severity
 from debugtune.engine.diagnose.rankscans import RankScans
 from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.scan import Block, Partial, ScanJob
-from debugtune.engine.diagnose.stats import centred_trimmed_mean, ffill, first_run, trimmed_mean
+from debugtune.engine.diagnose.stats import centred_trimmed_mean, ffill, first_run, sustained_onset, trimmed_mean
 from debugtune.engine.telemetry.shares import shares
 
 DIM = "communication"
@@ -178,8 +178,11 @@ def alltoall_kernel(block: Block, p: object) -> Partial:
 
 
 def cross_cabinet(ctx: Context, data: object, out: Emit) -> None:
-    """The share of dispatched tokens whose expert sits in another cabinet than their rank, above
-    ``communication.cross_cabinet.max_share`` (median over the steps); onset where it first stays above."""
+    """The share of dispatched tokens whose expert sits in another cabinet than their rank above
+    ``communication.cross_cabinet.max_share``: from the step where it first stays above for the persistence window,
+    on at least ``communication.persist_frac`` of the steps after it. Traffic that soars late in the run is found
+    where it soars (a median over the whole run would wait until half the run had it); a router that starts
+    spread and learns its locality is not."""
     th, view = ctx.th, ctx.view
     g = view.by_rank("cross_cabinet_share")
     with warnings.catch_warnings():
@@ -187,12 +190,13 @@ def cross_cabinet(ctx: Context, data: object, out: Emit) -> None:
         share = np.nanmedian(g.values, axis=0)
     judged = np.isfinite(share)
     share = ffill(share)
-    level, limit = float(np.nanmedian(share)), th["communication.cross_cabinet.max_share"]
-    if not level > limit:
-        return
+    limit = th["communication.cross_cabinet.max_share"]
     mask = share > limit
     persist = min(ctx.persist("communication.persist_steps", g.steps), mask.size)
-    start = first_run(mask, persist) or 0
+    start = sustained_onset(mask, persist, th["communication.persist_frac"])
+    if start is None:
+        return
+    level = float(np.nanmedian(share[start:]))
     sev, ev = evidence.scaled(ctx, severity(level, limit, 1.0), mask[judged], extra={"share": level,
                                                                                    "max_share": float(share.max())})
     out.add(make_finding("CrossCabinetTraffic", DIM, "", g.steps, start, g.steps.size - 1, sev, ev,

@@ -499,9 +499,15 @@ def dead_outputs(ctx: Context, data: GradientData, out: Emit) -> None:
 
 def saturation(ctx: Context, data: GradientData, out: Emit) -> None:
     """Sigmoid or tanh outputs pinned at their bounds, seen at the consuming layer's input (bounded inputs) or at
-    activation modules."""
+    activation modules: those the probe saw feed a weight layer (``probe.hidden_bounded``), not gates, whose
+    outputs sit near 0 or 1 because switching is their job."""
     th = ctx.th
     metric, grid = _activation_grid(ctx, "act_in_sat_frac", "act_sat_frac")
+    hidden = (ctx.view.meta.get("probe") or {}).get("hidden_bounded")
+    if metric == "act_sat_frac" and isinstance(hidden, list):
+        grid = grid.select(np.array([str(n) in hidden for n in grid.labels], dtype=bool))
+        if grid.empty:
+            return
     need_steps(ctx, grid.steps, metric)
     limit = th[f"gradient.saturation.{metric}"]
     rows = _persistent_rows(ctx, grid, limit, "gradient.saturation")

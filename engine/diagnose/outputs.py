@@ -60,9 +60,10 @@ def output_data(ctx: Context) -> Outputs:
     if not ok.any():
         raise NotJudged("no finite output range recorded")
     lo, hi, simplex, zeros = lo[ok], hi[ok], np.nan_to_num(simplex[ok]), np.nan_to_num(zeros[ok])
-    kinds = {"softmax": simplex >= th["convergence.outputs.simplex_frac"],
-             "relu": (lo >= 0) & (zeros >= th["convergence.outputs.zero_frac"]),
-             "sigmoid": (lo >= 0) & (hi <= 1) & (zeros < th["convergence.outputs.zero_frac"])}
+    raw = _from_layer(ctx, steps[ok])
+    kinds = {"softmax": (simplex >= th["convergence.outputs.simplex_frac"]) & ~raw,
+             "relu": (lo >= 0) & (zeros >= th["convergence.outputs.zero_frac"]) & ~raw,
+             "sigmoid": (lo >= 0) & (hi <= 1) & (zeros < th["convergence.outputs.zero_frac"]) & ~raw}
     kind, mask = max(kinds.items(), key=lambda kv: float(kv[1].mean()))
     identity: dict[str, float] = {}
     shares: dict[str, np.ndarray] = {}
@@ -77,6 +78,17 @@ def output_data(ctx: Context) -> Outputs:
                 identity[str(name)] = float(np.nanmedian(row))
                 shares[str(name)] = row
     return Outputs(steps[ok], kind, mask, lo, hi, simplex, zeros, identity, id_steps, shares)
+
+
+def _from_layer(ctx: Context, steps: np.ndarray) -> np.ndarray:
+    """Per sampled step: whether the model's output was the last weight layer's own tensor on most forwards
+    (``output_from_layer_frac``). Such outputs are real values whatever their range: logits that a slow learner
+    keeps within (0, 1) look like a sigmoid's by their range alone, and no activation ran after the layer."""
+    if not ctx.view.has("output_from_layer_frac"):
+        return np.zeros(steps.size, dtype=bool)
+    at, frac = ctx.view.series("output_from_layer_frac")
+    raw = dict(zip(at.tolist(), (np.nan_to_num(frac) > 0.5).tolist(), strict=True))
+    return np.array([raw.get(int(s), False) for s in steps], dtype=bool)
 
 
 def _saturable(ctx: Context, at: np.ndarray, steps: np.ndarray, span: np.ndarray) -> np.ndarray:
@@ -106,7 +118,8 @@ def output_range(ctx: Context, data: Outputs, out: Emit) -> None:
     In front of a loss that expects logits this squashes the error signal; with a loss that expects
     probabilities it is correct, so this is a set-up fact that needs harm in the run before a cause is named.
     Where the output gradient shows a loss built for probabilities (``convergence.loss_identity.share``), the
-    outputs are what that loss wants and nothing is reported."""
+    outputs are what that loss wants and nothing is reported; samples whose output was a weight layer's own tensor
+    (``output_from_layer_frac``) are real values and never count as squashed."""
     th = ctx.th
     o = data
     need = th["convergence.outputs.share"]

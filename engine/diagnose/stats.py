@@ -139,6 +139,19 @@ def first_run(mask: np.ndarray, min_len: int) -> int | None:
     return int(starts[0]) if starts.size else None
 
 
+def sustained_onset(mask: np.ndarray, min_len: int, frac: float) -> int | None:
+    """First index from which ``mask`` stays true for ``min_len`` points and then holds on at least ``frac`` of
+    the points to the end, or None: a condition that sets in late is found where it sets in, and an early
+    excursion that ends does not hide one that comes later and stays."""
+    starts = runs_start(mask, min_len)
+    if not starts.size:
+        return None
+    tail = np.cumsum(mask[::-1].astype(np.int64))[::-1]  # true points from i to the end
+    held = tail[starts] / (mask.size - starts)
+    ok = np.flatnonzero(held >= frac)
+    return int(starts[ok[0]]) if ok.size else None
+
+
 def longest_run(mask: np.ndarray) -> tuple[int, int]:
     """(start, length) of the longest run of true values; (0, 0) when none."""
     if not mask.any():

@@ -82,6 +82,8 @@ CONVERGENCE_METRICS = {
     "output_max": "largest value of the model's output (detail steps)",
     "output_zero_frac": "fraction of exact zeros in the model's output (detail steps)",
     "output_simplex_frac": "fraction of output rows that are probability vectors (detail steps)",
+    "output_from_layer_frac": "share of forwards whose output is the last weight layer's own tensor (or a view "
+                              "of it): real values no activation squashed (detail steps)",
     "output_loss_identity": "share of the output gradient's elements a loss hypothesis explains exactly "
                             "(entity: hypothesis; detail steps)",
     "output_label_kappa": "agreement beyond chance of the labels (read from the output gradient) with the "

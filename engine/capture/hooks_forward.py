@@ -419,7 +419,7 @@ class ForwardEvidence:
             y = first_float(output)
             if y is not None:
                 sig.out.add(_row(y))
-                ptr = _storage(y)  # with its version: an in-place activation after the layer (ReLU(inplace=True)) bumps it
+                ptr = _storage(y)  # and its version: an in-place activation after the layer bumps it
                 self._last_layer = (ptr, y._version) if ptr is not None else None
             x = first_float(args)
             if x is None or x.dim() == 0:

@@ -87,8 +87,7 @@ def _from_layer(ctx: Context, steps: np.ndarray) -> np.ndarray:
     if not ctx.view.has("output_from_layer_frac"):
         return np.zeros(steps.size, dtype=bool)
     at, frac = ctx.view.series("output_from_layer_frac")
-    raw = dict(zip(at.tolist(), (np.nan_to_num(frac) > 0.5).tolist(), strict=True))
-    return np.array([raw.get(int(s), False) for s in steps], dtype=bool)
+    return _on_steps(at, np.nan_to_num(frac) > 0.5, steps, default=False)
 
 
 def _saturable(ctx: Context, at: np.ndarray, steps: np.ndarray, span: np.ndarray) -> np.ndarray:
@@ -96,8 +95,13 @@ def _saturable(ctx: Context, at: np.ndarray, steps: np.ndarray, span: np.ndarray
     to exactly 0 or 1 (``convergence.loss_identity.saturation_span``). The exact zero gradients a ReLU hypothesis
     takes for its own are then also those of a saturated loss on logits (a learning rate far too high drives the
     logits apart by hundreds), so the ReLU hypotheses are not judged on such steps (nor where the span is unknown)."""
-    wide = dict(zip(steps.tolist(), (span > ctx.th["convergence.loss_identity.saturation_span"]).tolist(), strict=True))
-    return np.array([wide.get(int(s), True) for s in at], dtype=bool)
+    return _on_steps(steps, span > ctx.th["convergence.loss_identity.saturation_span"], at, default=True)
+
+
+def _on_steps(steps: np.ndarray, flags: np.ndarray, at: np.ndarray, *, default: bool) -> np.ndarray:
+    """``flags`` (one per step of ``steps``) read at the steps ``at``; ``default`` where a step has none."""
+    known = dict(zip(steps.tolist(), flags.tolist(), strict=True))
+    return np.array([known.get(int(s), default) for s in at], dtype=bool)
 
 
 def _verdict(o: Outputs, squashed: bool) -> tuple[str, float, str, float]:

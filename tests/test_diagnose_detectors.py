@@ -76,6 +76,29 @@ def test_a_blip_below_the_start_that_recovers_is_not_a_spike(tmp_path, th, rng):
     assert f.onset_step == 200 and f.evidence["early_max_ratio"] < 1
 
 
+@pytest.mark.parametrize("shape, found", [("blows up at step 1", True), ("one noisy batch in five", False),
+                                          ("blows up, then NaN", True), ("NaN at once", False)])
+def test_early_loss_blowup_is_a_smoothed_rise_not_a_noisy_batch(tmp_path, th, rng, shape, found):
+    """fastai's range-test stop: the smoothed loss at four times its best within the first steps. A regression's
+    per-batch MSE that jumps five-fold on one batch is not it; non-finite values are NaNOrInf's."""
+    loss = healthy_loss(N, rng)
+    if shape == "blows up at step 1":
+        loss[1:8] = [110.0, 110.0, 70.0, 45.0, 30.0, 12.0, 5.0]
+    elif shape == "one noisy batch in five":
+        loss[1:60:5] *= 5.0
+    elif shape == "blows up, then NaN":
+        loss[1:4] = [30.0, 200.0, 5000.0]
+        loss[4:] = np.nan
+    else:
+        loss[1:] = np.nan
+    d = run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, loss=loss)})
+    assert "EarlyLossBlowup" in d.judged
+    assert ("EarlyLossBlowup" in symptoms(d)) is found
+    if shape == "blows up at step 1":
+        f = finding(d, "EarlyLossBlowup")
+        assert f.onset_step == 1 and f.end_step == 6 and f.evidence["threshold"] == 4  # 5.0 at step 7 is under 4 × 2.3
+
+
 def test_warmup_and_scheduled_lr_drop_are_not_findings(tmp_path, th, rng):
     lr = np.full(N, 0.04)
     lr[:60] = np.linspace(0.002, 0.04, 60)

@@ -170,3 +170,16 @@ def test_an_answer_in_a_run_unlike_its_calibrated_runs_says_so(model, th):
     lead = r.hypotheses[0]
     assert lead.cause == "MissingZeroGrad" and "no calibrated run" in lead.basis and "overlap" in lead.basis
     assert "no calibrated run" not in top(model, th, findings, DENSE).hypotheses[0].basis
+
+
+def test_generic_internal_states_without_harm_name_no_root_cause(model, th):
+    """A recurrent net's gradient norm that grows while its loss falls well: GradientExplosion and GradNormDrift
+    say something about the run's internals, nothing about a failure. No cause rests on them alone (neither its
+    own specific evidence nor an outcome it reaches was observed); with a loss spike beside them, one may."""
+    quiet = [f("GradientExplosion", onset=40, end=299, severity=0.9, dimension="gradient"),
+             f("GradNormDrift", onset=30, severity=0.9, dimension="gradient")]
+    r = top(model, th, quiet, DENSE)
+    assert r.hypotheses == [] and r.undetermined is None
+    assert all(not r.specificity[a.cause].decides for a in r.advice)
+    harmed = top(model, th, [*quiet, f("LossSpike", onset=120, end=130, severity=1.0)], DENSE)
+    assert harmed.hypotheses or harmed.undetermined is not None

@@ -272,7 +272,8 @@ def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list
                      for f in (by_id.get(i) for i in sc.findings) if f is not None]
             if steps:
                 detection[sc.cause] = int(min(steps))
-        out.append(Scored(s, logits, frozenset(sc.cause for sc in r.scores if reportable(model, sc)), detection,
+        out.append(Scored(s, logits, frozenset(sc.cause for sc in r.scores
+                                               if reportable(model, sc, r.specificity[sc.cause])), detection,
                           {sc.cause: len(sc.explained) for sc in r.scores},
                           frozenset(c for c, x in r.specificity.items() if x.decides),
                           frozenset(c for c, x in r.specificity.items() if x.certain),

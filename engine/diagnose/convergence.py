@@ -18,6 +18,7 @@ from debugtune.engine.diagnose.registry import Emit, NotJudged, need_steps
 from debugtune.engine.diagnose.stats import (
     MAD_TO_SIGMA,
     centred_median,
+    debiased_ema,
     dominant_period,
     ffill,
     first_run,
@@ -195,6 +196,40 @@ def divergence(ctx: Context, data: ConvergenceData, out: Emit) -> None:
         {"loss_min": float(run_min[-1]), "loss_end": float(trend[-1]), "relative_rise": final_rise,
          "loss_start": float(trend[0]), "loss_max": float(np.max(curve.loss))},
         "convergence.divergence", start + persist - 1), (curve.steps, trend))
+
+
+def early_blowup(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    """The loss, smoothed as fastai's learning-rate finder smooths it (a debiased moving average), rises to
+    ``convergence.early_blowup.factor`` times its best so far within the first steps: the window the spike rule
+    takes as its reference and so cannot judge. The range test stops there because that learning rate diverged;
+    in a training it says the first steps were too large for the loss's curvature. The smoothing keeps a noisy
+    batch from counting: a healthy regression's per-batch MSE swings 3-5 times from one step to the next.
+    Read on the finite values before the first NaN or Inf (NaNOrInf's business)."""
+    th, curve = ctx.th, data.curve
+    early = max(2, min(th.as_int("convergence.spike.early_steps"), curve.n // 4))
+    head = data.raw[1][:early]
+    bad = ~np.isfinite(head)
+    if bad.any():
+        head = head[: int(np.argmax(bad))]
+    if head.size < 2:
+        return
+    smoothed = debiased_ema(head, th["convergence.early_blowup.beta"])
+    best = np.minimum.accumulate(smoothed)
+    if best[-1] <= 0:
+        return  # a loss that reaches zero or below has no scale to rise against
+    ratio = smoothed / np.maximum(best, np.finfo(np.float64).tiny)
+    factor = th["convergence.early_blowup.factor"]
+    hit = np.flatnonzero(ratio >= factor)
+    if hit.size == 0:
+        return
+    first, peak = int(hit[0]), int(np.argmax(ratio))
+    above = np.flatnonzero(head >= factor * best)  # the raw loss: the average remembers the peak for long
+    out.add(make_finding(
+        "EarlyLossBlowup", DIM, "", curve.steps, first, int(above[-1]) if above.size else first,
+        severity(float(ratio[peak]), factor, factor * 100),
+        {"max_ratio": float(ratio[peak]), "threshold": factor, "peak_step": curve.steps[peak],
+         "loss_first": float(head[0]), "loss_peak": float(np.max(head)), "window_steps": float(early)},
+        "convergence.early_blowup", first), (curve.steps[: ratio.size], ratio))
 
 
 def plateau(ctx: Context, data: ConvergenceData, out: Emit) -> None:

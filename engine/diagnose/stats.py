@@ -6,7 +6,7 @@ import bisect
 import math
 
 import numpy as np
-from scipy import ndimage
+from scipy import ndimage, signal
 
 MAD_TO_SIGMA = 1.4826
 """Scale that makes the median absolute deviation a consistent estimator of sigma for normal data."""
@@ -53,6 +53,14 @@ def smooth(x: np.ndarray, window: int) -> np.ndarray:
     """Centred moving average (edges use the nearest value)."""
     window = max(1, min(int(window), x.size))
     return ndimage.uniform_filter1d(x.astype(np.float64), size=window, mode="nearest")
+
+
+def debiased_ema(x: np.ndarray, beta: float) -> np.ndarray:
+    """Exponential moving average started at zero and divided by ``1 - beta**(t+1)`` (Adam's bias correction):
+    the running mean at first, a moving average later. fastai smooths the loss this way before judging it."""
+    x = np.asarray(x, dtype=np.float64)
+    avg = signal.lfilter([1.0 - beta], [1.0, -beta], x)
+    return avg / (1.0 - beta ** np.arange(1, x.size + 1))
 
 
 def centred_median(x: np.ndarray, window: int) -> np.ndarray:

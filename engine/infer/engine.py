@@ -49,10 +49,13 @@ class Ranking:
     specificity: dict[str, Specificity] = field(default_factory=dict)
 
 
-def reportable(model: CausalModel, s: CauseScore) -> bool:
-    """A root cause needs an observed failure: not an advisory cause, and not one whose chain holds only
-    preconditions (a set-up fact such as unnormalised inputs in a run that trains well)."""
-    return s.cause not in model.advisory and not (s.explained and set(s.explained) <= model.preconditions)
+def reportable(model: CausalModel, s: CauseScore, x: Specificity) -> bool:
+    """A root cause needs an observed failure: not an advisory cause, not one whose chain holds only
+    preconditions (a set-up fact such as unnormalised inputs in a run that trains well), and not one that rests
+    on generic internal states alone, with neither its own specific evidence nor harm to an outcome it reaches
+    (a recurrent net's growing gradient norm in a run that learns well names no missing clip)."""
+    return (s.cause not in model.advisory and not (s.explained and set(s.explained) <= model.preconditions)
+            and (x.decides or bool(x.harm)))
 
 
 def candidate_causes(store: Store, run_id: str) -> list[str]:
@@ -119,7 +122,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)
               if spec[s.cause].discounts else s for s in scores]
-    weigh(scores, spec, {s.cause: reportable(model, s) for s in scores}, th)
+    weigh(scores, spec, {s.cause: reportable(model, s, spec[s.cause]) for s in scores}, th)
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
     by_cause = {s.cause: s for s in scores}
     order = [by_cause[c] for c in lead_first(list(by_cause), conf, {c for c, x in spec.items() if x.decides})]
@@ -136,9 +139,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     cands.sort(key=lambda c: -c.confidence)
     hyps: list[Hypothesis] = []
     advice: list[Hypothesis] = []
-    causal = [s for s in order if reportable(model, s)]
+    causal = [s for s in order if reportable(model, s, spec[s.cause])]
     for s in order:
-        if not reportable(model, s) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
+        if not reportable(model, s, spec[s.cause]) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
             advice.append(hypothesis(s, len(advice) + 1))
     if causal and max(conf[s.cause] for s in causal) >= th["infer.report_threshold"]:
         listed = [s for i, s in enumerate(causal) if i == 0 or conf[s.cause] >= th["infer.list_threshold"]]

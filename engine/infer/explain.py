@@ -152,6 +152,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
     "LossDivergence": lambda f: (f"the loss diverged from step {f.onset_step}, rising "
                                  f"{_g(f.evidence, 'relative_rise'):.0%} above its best "
                                  f"({_g(f.evidence, 'loss_min'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"),
+    "EarlyLossBlowup": lambda f: (f"within the first {_g(f.evidence, 'window_steps'):.0f} steps the smoothed loss "
+                                  f"rose to {_g(f.evidence, 'max_ratio'):.3g} times its best so far (first "
+                                  f"{_g(f.evidence, 'loss_first'):.3g}, peak "
+                                  f"{_g(f.evidence, 'loss_peak'):.3g}): the first updates were too large"),
     "LossPlateau": lambda f: (f"the loss improved only {_g(f.evidence, 'relative_improvement'):.1%} over the run "
                               f"({_g(f.evidence, 'loss_start'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"
                               + (f" at learning rate {_g(f.evidence, 'lr_median'):.1e}" if "lr_median" in f.evidence

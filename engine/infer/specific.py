@@ -81,9 +81,12 @@ class Specificity:
         if self.present:
             return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()
         if self.rivals:
-            why = ", ".join(f"{s} also by {c}" for s, c in self.rivals)
-            return (f"its specific evidence is shared with a cause this run cannot rule out ({why}: none of that "
-                    f"cause's own evidence was measured); shown at most {ceiling:.2f}")
+            why = ", ".join(f"{s} also by {', '.join(c for t, c in self.rivals if t == s)}"
+                            for s in dict.fromkeys(s for s, _c in self.rivals))
+            many = len({c for _s, c in self.rivals}) > 1
+            whom, whose = ("causes", "their") if many else ("a cause", "that cause's")
+            return (f"its specific evidence is shared with {whom} this run cannot rule out ({why}: none of "
+                    f"{whose} own evidence was measured); shown at most {ceiling:.2f}")
         if self.upstream:
             why = ", ".join(f"{s} by {u}" for s, u in self.upstream)
             return f"its specific evidence is explained upstream ({why}); shown at most {ceiling:.2f}"
@@ -119,17 +122,14 @@ def _upstream(model: CausalModel, symptom: str) -> list[str]:
     return out
 
 
-def _unruled_rival(model: CausalModel, cause: str, symptom: str, ev: Mapping[str, SymptomEvidence],
-                   rivals: Set[str]) -> str | None:
-    """Another cause of ``rivals`` (the run's candidates) with an authored link straight into ``symptom``
+def _unruled_rivals(model: CausalModel, cause: str, symptom: str, ev: Mapping[str, SymptomEvidence],
+                    rivals: Set[str]) -> list[str]:
+    """The other causes of ``rivals`` (the run's candidates) with an authored link straight into ``symptom``
     and specific evidence of which none was judged here (a judged symptom is in ``ev``, observed or absent), so
-    the run cannot tell it from ``cause``."""
-    for link in sorted(model.parents.get(symptom, ()), key=lambda k: k.source):
-        other, decl = link.source, model.specific.get(link.source, ())
-        if (other != cause and other in rivals and not link.measured and decl
-                and not any(d in ev for d in decl)):
-            return other
-    return None
+    the run cannot tell them from ``cause``."""
+    return [link.source for link in sorted(model.parents.get(symptom, ()), key=lambda k: k.source)
+            if link.source != cause and link.source in rivals and not link.measured
+            and (decl := model.specific.get(link.source, ())) and not any(d in ev for d in decl)]
 
 
 def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds,
@@ -150,12 +150,12 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
         by = next((up for up in _upstream(model, sym) if up not in own and _observed(ev, up)
                    and (ev[up].onset or 0) <= onset + slack), None)
         # evidence that is a fault by definition (a weight scale beyond every standard init) is nobody else's
-        rival = (_unruled_rival(model, s.cause, sym, ev, candidates)
-                 if by is None and sym not in model.sufficient.get(s.cause, ()) else None)
+        unruled = (_unruled_rivals(model, s.cause, sym, ev, candidates)
+                   if by is None and sym not in model.sufficient.get(s.cause, ()) else [])
         if by is not None:
             upstream.append((sym, by))
-        elif rival is not None:
-            rivals.append((sym, rival))
+        elif unruled:
+            rivals.extend((sym, rival) for rival in unruled)
         else:
             present.append(sym)
     against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym))

@@ -34,20 +34,20 @@ def _train_and_import(run_dir: Path, scratch: Path, lr: float, steps: int = 200)
     y = (x[:, :, 0].sum(1) > 0).long() * 2 + (x[:, -3:, 1].sum(1) > 0).long()
     model = _GRUClassifier()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    log = scratch / "train.jsonl"
+    lines = []
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with log.open("w") as fh:
-            for it in range(steps):
-                i = torch.randint(0, 2048, (32,), generator=g)
-                opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(x[i]), y[i])
-                loss.backward()
-                opt.step()
-                fh.write(json.dumps({"iteration": it, "train_loss": loss.item()}) + "\n")
+        for it, batch in enumerate(torch.randint(0, 2048, (steps, 32), generator=g)):
+            model.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x[batch]), y[batch])
+            loss.backward()
+            opt.step()
+            lines.append(json.dumps({"iteration": it, "train_loss": loss.item()}))
     finally:
         torch.set_num_threads(before)
+    log = scratch / "train.jsonl"
+    log.write_text("\n".join(lines) + "\n")
     import_path(log, run_dir, replace=True)
 
 

@@ -628,3 +628,19 @@ def test_forward_gain_is_not_judged_on_probability_outputs(tmp_path, th):
     assert "ForwardSignalVanishing" in {f.symptom for f in logits.findings}
     assert "ForwardSignalVanishing" not in probs.judged
     assert any("ForwardSignalVanishing" in n and "within [0, 1]" in n for n in probs.notes)
+
+
+def test_a_relu_network_is_judged_to_have_nothing_that_attenuates(tmp_path, th):
+    """No bounded module and no weight layer whose input looked bounded: BoundedActivationsAttenuate is judged and
+    absent, not "not judged". A cause that reaches a symptom only through it (a learning rate too high, whose large
+    updates would push sigmoids into their tails) then cannot claim what lies behind it. Functional sigmoids are
+    seen at the layers they feed and keep it judged and found."""
+    model = mlp()
+    train(tmp_path / "relu", model, torch.optim.Adam(model.parameters(), lr=1e-3), th, steps=20)
+    d = diagnose_run(tmp_path / "relu", Thresholds.from_store(knowledge_store()), ["gradient"])
+    assert "BoundedActivationsAttenuate" in d.judged
+    assert "BoundedActivationsAttenuate" not in {f.symptom for f in d.findings}
+    functional = Functional(torch.sigmoid)
+    train(tmp_path / "sigmoid", functional, torch.optim.Adam(functional.parameters(), lr=1e-3), th, steps=60)
+    d = diagnose_run(tmp_path / "sigmoid", Thresholds.from_store(knowledge_store()), ["gradient"])
+    assert "BoundedActivationsAttenuate" in {f.symptom for f in d.findings}

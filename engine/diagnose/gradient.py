@@ -529,7 +529,8 @@ def activation_slope(ctx: Context, data: GradientData, out: Emit) -> None:
     does once driven into its tails. Read at the activation modules the probe listed as hidden (``act_slope``,
     ``run.json`` ``probe.hidden_bounded``), else at the inputs of the layers they feed (``act_in_slope``, which sees
     ``torch.sigmoid`` applied functionally; the first layer's input is the data and is left out). Half or more of
-    them must show it; a model with none is judged and shows none."""
+    them must show it; a model with none is judged and shows none: one whose probe listed no hidden bounded module
+    and whose weight layers' inputs (``act_out_std`` says they were watched) never looked bounded."""
     th = ctx.th
     hidden = (ctx.view.meta.get("probe") or {}).get("hidden_bounded")
     if ctx.view.has("act_slope") and isinstance(hidden, list) and hidden:
@@ -540,8 +541,10 @@ def activation_slope(ctx: Context, data: GradientData, out: Emit) -> None:
         metric, grid = "act_in_slope", _consumer_grid(ctx, "act_in_slope")
         names = [str(x) for x in grid.labels]
         order = layer_order(ctx.view, [n for n in names if n])
+    elif hidden == [] and ctx.view.has("act_out_std"):
+        return  # no bounded module, and no weight layer's input ever looked bounded: nothing to attenuate
     elif isinstance(hidden, list):
-        return
+        raise NotJudged("the probe listed hidden bounded activations but recorded no slope at them")
     else:
         raise NotJudged("run.json does not list the model's hidden bounded activations (probe.hidden_bounded)")
     if not order:

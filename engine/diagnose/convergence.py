@@ -124,6 +124,12 @@ def _mask_lr_events(ctx: Context, curve: LossCurve, mask: np.ndarray) -> np.ndar
     return out
 
 
+def _early_window(ctx: Context, curve: LossCurve) -> int:
+    """The first steps Megatron's spiky-loss rule takes as its reference (``convergence.spike.early_steps``, at
+    most a quarter of the run): the spike rule judges what comes after, the early blow-up what lies inside."""
+    return max(2, min(ctx.th.as_int("convergence.spike.early_steps"), curve.n // 4))
+
+
 def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """Points far above the trailing median (OLMo 2's robust z) or far above the early window (Megatron's rule).
 
@@ -139,7 +145,7 @@ def spikes(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     min_jump = th["convergence.spike.min_jump"]
     hit = _mask_lr_events(ctx, curve, (z > th["convergence.spike.z"]) & (jump >= min_jump))
     # Megatron's spiky-loss rule: |loss| ≥ factor × the largest |loss| of the early window.
-    early = max(2, min(th.as_int("convergence.spike.early_steps"), curve.n // 4))
+    early = _early_window(ctx, curve)
     ref = float(np.max(np.abs(curve.loss[:early])))
     big = np.zeros(curve.n, dtype=bool)
     big[early:] = np.abs(curve.loss[early:]) >= th["convergence.spike.early_factor"] * ref
@@ -206,7 +212,7 @@ def early_blowup(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     batch from counting: a healthy regression's per-batch MSE swings 3-5 times from one step to the next.
     Read on the finite values before the first NaN or Inf (NaNOrInf's business)."""
     th, curve = ctx.th, data.curve
-    early = max(2, min(th.as_int("convergence.spike.early_steps"), curve.n // 4))
+    early = _early_window(ctx, curve)
     head = data.raw[1][:early]
     bad = ~np.isfinite(head)
     if bad.any():

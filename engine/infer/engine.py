@@ -122,7 +122,8 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)
               if spec[s.cause].discounts else s for s in scores]
-    weigh(scores, spec, {s.cause: reportable(model, s, spec[s.cause]) for s in scores}, th)
+    can_report = {s.cause: reportable(model, s, spec[s.cause]) for s in scores}
+    weigh(scores, spec, can_report, th)
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
     by_cause = {s.cause: s for s in scores}
     order = [by_cause[c] for c in lead_first(list(by_cause), conf, {c for c, x in spec.items() if x.decides})]
@@ -139,9 +140,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     cands.sort(key=lambda c: -c.confidence)
     hyps: list[Hypothesis] = []
     advice: list[Hypothesis] = []
-    causal = [s for s in order if reportable(model, s, spec[s.cause])]
+    causal = [s for s in order if can_report[s.cause]]
     for s in order:
-        if not reportable(model, s, spec[s.cause]) and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
+        if not can_report[s.cause] and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
             advice.append(hypothesis(s, len(advice) + 1))
     if causal and max(conf[s.cause] for s in causal) >= th["infer.report_threshold"]:
         listed = [s for i, s in enumerate(causal) if i == 0 or conf[s.cause] >= th["infer.list_threshold"]]

@@ -99,6 +99,24 @@ def test_early_loss_blowup_is_a_smoothed_rise_not_a_noisy_batch(tmp_path, th, rn
         assert f.onset_step == 1 and f.end_step == 6 and f.evidence["threshold"] == 4  # 5.0 at step 7 is under 4 × 2.3
 
 
+@pytest.mark.parametrize("shape, found", [("ends at a two-hundredth of its start", True),
+                                          ("ends at a twentieth", False),
+                                          ("blows up at step 1, then a two-hundredth of step 0", True)])
+def test_a_loss_that_fits_closely_is_a_sign_of_health(tmp_path, th, rng, shape, found):
+    """Two orders of magnitude below the untrained loss: R² ≥ 0.99 for a regression. The untrained loss is the
+    smallest of the first three, so a blow-up at the first update does not pass for it."""
+    floor = 2.3 / 20 if shape == "ends at a twentieth" else 2.3 / 200
+    loss = healthy_loss(N, rng, floor=floor, noise=floor / 10)
+    if shape.startswith("blows up"):
+        loss[1:4] = [110.0, 60.0, 20.0]
+    d = run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, loss=loss)})
+    assert "LossFitsClosely" in d.judged
+    assert ("LossFitsClosely" in symptoms(d)) is found
+    if found:
+        f = finding(d, "LossFitsClosely")
+        assert f.evidence["loss_ratio"] <= 0.01 and f.evidence["loss_untrained"] < 2.5
+
+
 def test_warmup_and_scheduled_lr_drop_are_not_findings(tmp_path, th, rng):
     lr = np.full(N, 0.04)
     lr[:60] = np.linspace(0.002, 0.04, 60)

@@ -73,9 +73,14 @@ def test_every_cause_has_a_link_and_a_remedy(store):
 
 
 def test_every_symptom_is_reachable_from_a_cause(store):
+    """Every symptom but a sign of health, which no cause produces: it only speaks against some."""
     reached = {x[len(KB):] for x in store.query(
         "SELECT DISTINCT ?s WHERE { ?c a dt:Cause ; (^dt:from/dt:to)+ ?s }").column("s")}
-    assert names(store, "Symptom") - reached == set()
+    signs = {x[len(KB):] for x in store.query("SELECT ?s WHERE { ?s dt:healthSign true }").column("s")}
+    assert signs and names(store, "Symptom") - reached == signs
+    countered = {x[len(KB):] for x in store.query(
+        "SELECT ?s WHERE { ?x a dt:CounterEvidence ; dt:symptom ?s }").column("s")}
+    assert signs <= countered, "a sign of health that speaks against no cause does nothing"
 
 
 def test_link_strengths_are_decimals_in_unit_interval(store):

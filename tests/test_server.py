@@ -288,3 +288,19 @@ def test_the_embedding_example_in_the_docs_runs():
         r = httpx.put(url + "/kg/rdf-graphs", params={"graph": "urn:x"}, content="<urn:a> <urn:b> <urn:c> .",
                       headers={"content-type": "text/turtle"})
         assert r.status_code == 403
+
+
+def test_a_sign_of_health_in_the_graph_is_rebuilt_as_a_sign_not_a_finding():
+    """``/runs/{id}`` rebuilds the report from the graph, where a sign of health (LossFitsClosely) is stored
+    beside the findings: it comes back under ``signs`` and leaves a run without findings healthy."""
+    from debugtune.kg.assertions import replace_diagnosis
+    from debugtune.kg.knowledge import load_knowledge
+    from debugtune.server import run_report
+    from tests.test_infer import f
+
+    store = open_store(None)  # not the shared knowledge store: this adds a run
+    load_knowledge(store)
+    replace_diagnosis(store, "fit-1", {"run_dir": "/data/runs/fit-1"}, [f("LossFitsClosely", onset=150)])
+    report = run_report(store, "fit-1")
+    assert report["findings"] == [] and report["status"] == "healthy"
+    assert [s["symptom"] for s in report["signs"]] == ["LossFitsClosely"]

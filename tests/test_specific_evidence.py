@@ -183,3 +183,29 @@ def test_generic_internal_states_without_harm_name_no_root_cause(model, th):
     assert all(not r.specificity[a.cause].decides for a in r.advice)
     harmed = top(model, th, [*quiet, f("LossSpike", onset=120, end=130, severity=1.0)], DENSE)
     assert harmed.hypotheses or harmed.undetermined is not None
+
+
+def test_a_loss_that_fits_closely_speaks_against_a_rate_too_high(model, th):
+    """A first-step overshoot (an update ratio far above the band at step 0, the smoothed loss four times its best)
+    names LearningRateTooHigh; the same overshoot in a run whose loss then fell two orders of magnitude below its
+    start is one the run recovered from: a sign of health, counter-evidence, and no root cause."""
+    overshoot = [f("UpdateRatioTooHigh", onset=0, end=0, severity=0.9, dimension="gradient"),
+                 f("EarlyLossBlowup", onset=1, end=3, severity=0.8)]
+    assert top(model, th, overshoot, DENSE).hypotheses[0].cause == "LearningRateTooHigh"
+    fit = top(model, th, [*overshoot, f("LossFitsClosely", onset=150, severity=1.0)], DENSE)
+    assert fit.hypotheses == []
+    assert "LossFitsClosely" in fit.specificity["LearningRateTooHigh"].against
+
+
+def test_a_set_up_fact_in_a_run_that_fits_closely_without_failure_is_advice(model, th):
+    """Inputs far from unit scale and the large first steps they cause name UnnormalizedInputs; in a run whose
+    loss then fell two orders of magnitude, with no failure seen, the input scale is advice. Gradients never
+    cleared are no set-up fact and stay the root cause however well the run fit."""
+    raw = [f("InputScaleAbnormal", onset=0, severity=1.0, dimension="input"),
+           f("GradientExplosion", onset=0, end=20, severity=0.9, dimension="gradient")]
+    assert top(model, th, raw, DENSE).hypotheses[0].cause == "UnnormalizedInputs"
+    fit = f("LossFitsClosely", onset=150, severity=1.0)
+    advised = top(model, th, [*raw, fit], DENSE)
+    assert advised.hypotheses == [] and "UnnormalizedInputs" in [a.cause for a in advised.advice]
+    stale = [f("StaleGradients", onset=0, severity=1.0, dimension="gradient"), fit]
+    assert top(model, th, stale, DENSE).hypotheses[0].cause == "MissingZeroGrad"

@@ -25,7 +25,7 @@ import json
 import math
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -148,10 +148,11 @@ def presentation(s: Sample) -> str:
     return f"{s.family}-{s.severity}" if s.family else (s.severity or "all")
 
 
-def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str, str], dict[str, tuple[float, int]]],
-                                               dict[str, tuple[float, int]]]:
+def rates(samples: Sequence[Sample], floor: float = 1.0, signs: Set[str] = frozenset()
+          ) -> tuple[dict[tuple[str, str], dict[str, tuple[float, int]]], dict[str, tuple[float, int]]]:
     """How often each symptom was reported per (injected cause, presentation), and on the healthy controls:
-    (hits weighted by evidence strength, runs that judged it)."""
+    (hits weighted by evidence strength, runs that judged it). Signs of health are left out: the engine takes
+    them as counter-evidence only, never as a symptom a cause produces."""
     per: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
     healthy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for s in samples:
@@ -159,6 +160,8 @@ def rates(samples: Sequence[Sample], floor: float = 1.0) -> tuple[dict[tuple[str
         ev = evidence(*before_breakdown(s.findings, s.judged), floor)
         table = per[(s.truth, presentation(s))] if s.truth else healthy
         for sym, x in ev.items():
+            if sym in signs:
+                continue
             table[sym][1] += 1
             table[sym][0] += x.strength
     return ({k: {sym: (v[0], v[1]) for sym, v in t.items()} for k, t in per.items()},
@@ -172,7 +175,7 @@ def smoothed(hits: float, judged: int, prior: float, weight: float) -> float:
 
 def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibration:
     """Profiles, links and leaks measured on ``samples`` over the base ``model`` (no temperature)."""
-    per, healthy = rates(samples, th["infer.evidence_floor"])
+    per, healthy = rates(samples, th["infer.evidence_floor"], model.signs)
     direct = {(link.source, link.target) for link in model.links}
     weight = th["calibration.prior_weight"]
     min_judged, min_rate, margin = (th.as_int("calibration.profile_min_judged"), th["calibration.link_min_rate"],

@@ -267,6 +267,32 @@ def plateau(ctx: Context, data: ConvergenceData, out: Emit) -> None:
                          "convergence.plateau", max(onset, curve.judge_from, w)), (curve.steps, trend))
 
 
+def fits_closely(ctx: Context, data: ConvergenceData, out: Emit) -> None:
+    """The loss ends at ``convergence.fits_closely.ratio`` of the untrained model's or below: two orders of
+    magnitude, R² ≥ 0.99 for a mean-squared regression, a classifier's cross-entropy at a hundredth of chance.
+    A sign of health, not of a fault: a run that fits its data this closely was held back neither by its step
+    size nor by units stuck in their tails, so it speaks against the causes whose harm is a loss that cannot fall
+    (an overshoot of the first steps it recovered from, tanh units a confident classifier drove to their bounds).
+    Which causes it speaks against is knowledge (``dt:CounterEvidence``); the report lists it among the signs."""
+    th, curve = ctx.th, data.curve
+    start = float(np.min(curve.loss[: min(3, curve.n)]))  # not the median: a blow-up at step 1 is no untrained loss
+    if not (np.isfinite(start) and start > 0):
+        return
+    w = max(3, int(curve.n * th["convergence.window_frac"]))
+    limit = th["convergence.fits_closely.ratio"]
+    ratio = float(np.median(curve.loss[-w:])) / start
+    if not ratio <= limit:
+        return
+    trend = centred_median(curve.loss, w) / start
+    above = np.flatnonzero(trend > limit)  # onset: from where the trend stays at or under the limit
+    onset = min(int(above[-1]) + 1 if above.size else 0, curve.n - 1)
+    out.add(make_finding("LossFitsClosely", DIM, "", curve.steps, onset, curve.n - 1,
+                         severity(limit / max(ratio, 1e-300), 1.0, 100.0),
+                         {"loss_ratio": ratio, "threshold": limit, "loss_untrained": start,
+                          "loss_end": ratio * start}, "convergence.fits_closely", max(onset, w)),
+            (curve.steps, trend))
+
+
 def lr_tiny(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     """The learning rate, logged or read from the optimizer, never reaches ``convergence.lr.min_peak``: below the
     smallest peak rate of the common recipes for training from scratch and supervised fine-tuning. A fact about

@@ -99,6 +99,8 @@ DETECTORS: tuple[Detector, ...] = (
              conv.convergence_data),
     Detector("convergence.plateau", "LossPlateau", C, (("loss",),),
              (*_CV, "convergence.plateau.*", "convergence.divergence.rise"), conv.plateau, conv.convergence_data),
+    Detector("convergence.fits_closely", "LossFitsClosely", C, (("loss",),),
+             (*_CV, "convergence.fits_closely.*"), conv.fits_closely, conv.convergence_data),
     Detector("convergence.lr_tiny", "LearningRateTiny", C, (("lr",),), ("convergence.lr.*", *_MIN), conv.lr_tiny,
              conv.convergence_data),
     Detector("convergence.underconfident", "UnderconfidentOutputs", C, (("loss",), ("accuracy", "eval_accuracy")),

@@ -53,9 +53,12 @@ def reportable(model: CausalModel, s: CauseScore, x: Specificity) -> bool:
     """A root cause needs an observed failure: not an advisory cause, not one whose chain holds only
     preconditions (a set-up fact such as unnormalised inputs in a run that trains well), and not one that rests
     on generic internal states alone, with neither its own specific evidence nor harm to an outcome it reaches
-    (a recurrent net's growing gradient norm in a run that learns well names no missing clip)."""
+    (a recurrent net's growing gradient norm in a run that learns well names no missing clip). Nor, in a run
+    with a sign of health and no failure at all (its loss fit the data closely), one whose own evidence is
+    set-up facts only: raw input powers in a polynomial fit that converged are advice."""
     return (s.cause not in model.advisory and not (s.explained and set(s.explained) <= model.preconditions)
-            and (x.decides or bool(x.harm)))
+            and (x.decides or bool(x.harm))
+            and not (x.quiet and not x.harm and set(x.present) <= model.preconditions))
 
 
 def candidate_causes(store: Store, run_id: str) -> list[str]:
@@ -107,6 +110,10 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     candidates = list(candidates)
     could_judge = set(judged)
     findings, judged = before_breakdown(findings, judged)
+    # signs of health are counter-evidence only: they neither score a cause nor count as an unexplained finding
+    signs = frozenset(f.symptom for f in findings if f.symptom in model.signs)
+    findings = [f for f in findings if f.symptom not in model.signs]
+    judged = {j for j in judged if j not in model.signs}
     ev = evidence(findings, judged, th["infer.evidence_floor"])
     pri = priors(model, th)
     steps = steps if steps is not None else max((f.end_step + 1 for f in findings), default=0)
@@ -117,7 +124,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
                                                   frozenset(f.symptom for f in findings))]
     # a rival is any candidate, applicable or not: one whose effects the run cannot show cannot be ruled out either
     rivals = set(candidates) & set(model.causes)
-    spec = {s.cause: specificity(model, s, ev, th, rivals) for s in scores}
+    spec = {s.cause: specificity(model, s, ev, th, rivals, signs) for s in scores}
     # a cause whose own evidence decides, and is a fault by definition or came with harm to the outcome, is
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)
@@ -177,12 +184,13 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     t0 = time.perf_counter()
     replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)
     timing["infer.assert"] = time.perf_counter() - t0
+    findings = [f for f in diagnosis.findings if f.symptom not in model.signs]
     return DiagnosisReport(
-        run=run_id, findings=list(diagnosis.findings), hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
+        run=run_id, findings=findings, hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
         advice=ranking.advice, undetermined=ranking.undetermined,
-        blind=None if diagnosis.findings else blind_spots(diagnosis.judged, diagnosis.coverage,
-                                                                   diagnosis.recorded, th),
+        blind=None if findings else blind_spots(diagnosis.judged, diagnosis.coverage, diagnosis.recorded, th),
+        signs=[f for f in diagnosis.findings if f.symptom in model.signs],
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps,
         report_threshold=calibrated(th["infer.report_threshold"], th),
         stored_in=getattr(store, "target", None))

@@ -156,6 +156,9 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                   f"rose to {_g(f.evidence, 'max_ratio'):.3g} times its best so far (first "
                                   f"{_g(f.evidence, 'loss_first'):.3g}, peak "
                                   f"{_g(f.evidence, 'loss_peak'):.3g}): the first updates were too large"),
+    "LossFitsClosely": lambda f: (f"the loss ended at {_g(f.evidence, 'loss_ratio'):.2g} of the untrained "
+                                  f"model's ({_g(f.evidence, 'loss_untrained'):.3g} → "
+                                  f"{_g(f.evidence, 'loss_end'):.3g}): the model fits its data"),
     "LossPlateau": lambda f: (f"the loss improved only {_g(f.evidence, 'relative_improvement'):.1%} over the run "
                               f"({_g(f.evidence, 'loss_start'):.3g} → {_g(f.evidence, 'loss_end'):.3g})"
                               + (f" at learning rate {_g(f.evidence, 'lr_median'):.1e}" if "lr_median" in f.evidence

@@ -50,6 +50,8 @@ class CausalModel:
     """Cause → its specific evidence that is a fault by definition (``dt:sufficientAlone``)."""
     outcomes: frozenset[str] = frozenset()
     """Symptoms that are harm to the training's outcome (``dt:isOutcome``), not internal states."""
+    signs: frozenset[str] = frozenset()
+    """Observations that speak for a working run (``dt:healthSign``): counter-evidence only, never a finding."""
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -151,7 +153,7 @@ def load_model(store: Store) -> CausalModel:
                        advisory, {c: frozenset(v) for c, v in needs.items()},
                        _evidence_items(store, "dt:SpecificEvidence"), _evidence_items(store, "dt:CounterEvidence"),
                        _evidence_items(store, "dt:SpecificEvidence", "dt:sufficientAlone true"),
-                       _flagged(store, "dt:Symptom", "dt:isOutcome"))
+                       _flagged(store, "dt:Symptom", "dt:isOutcome"), health_signs(store))
 
 
 def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[str, ...]]:
@@ -163,6 +165,11 @@ def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[s
         if (c := _local(r["c"])) is not None and (sym := _local(r["s"])) is not None:
             out[c].add(sym)
     return {c: tuple(sorted(v)) for c, v in out.items()}
+
+
+def health_signs(store: Store) -> frozenset[str]:
+    """The symptoms that speak for a working run (``dt:healthSign``): reported as signs, never as findings."""
+    return _flagged(store, "dt:Symptom", "dt:healthSign")
 
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:

@@ -54,6 +54,8 @@ class DiagnosisReport:
     """When no cause is reported or the first two are close: the candidates and what would tell them apart."""
     blind: BlindSpots | None = None
     """When the training flows were judged on too few symptoms to call a run without findings healthy."""
+    signs: list[Finding] = field(default_factory=list)
+    """Observations that speak for a working run (``dt:healthSign``): never findings, counter-evidence only."""
 
     @property
     def status(self) -> str:
@@ -108,6 +110,7 @@ class DiagnosisReport:
             "advice": [{**h.as_dict(), "rank": h.rank} for h in self.advice],
             "undetermined": self.undetermined.as_dict() if self.undetermined is not None else None,
             "blind_spots": self.blind.as_dict() if self.blind is not None else None,
+            "signs": [f.as_dict() for f in self.signs],
             "report_threshold": self.report_threshold,
             "timing_s": {k: round(v, 4) for k, v in self.timing_s.items()},
             "stored_in": self.stored_in,

@@ -48,6 +48,7 @@ class Specificity:
     measurable: bool = True                          # some declared specific evidence was judged in the run
     familiarity: float | None = None                 # best overlap of a calibration profile's judged symptoms
     familiar: bool = True                            # ... reaches infer.familiar_overlap (or the cause has none)
+    quiet: bool = False                              # a sign of health (dt:healthSign) and no outcome symptom
 
     @property
     def decides(self) -> bool:
@@ -133,10 +134,10 @@ def _unruled_rivals(model: CausalModel, cause: str, symptom: str, ev: Mapping[st
 
 
 def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvidence], th: Thresholds,
-                candidates: Set[str] = frozenset()) -> Specificity:
+                candidates: Set[str] = frozenset(), signs: Set[str] = frozenset()) -> Specificity:
     """The specific evidence of ``s.cause`` in this run; an upstream symptom explains one only when the cause
     does not reach that symptom itself (``CausalModel.reach``); ``candidates``: the run's candidate causes, its
-    possible rivals."""
+    possible rivals; ``signs``: the signs of health observed (``dt:healthSign``), counter-evidence only."""
     declared = model.specific.get(s.cause, ())
     own = model.reach(s.cause, frozenset(sym for sym, x in ev.items() if not x.findings))
     slack = th["infer.precedence_slack"]
@@ -158,14 +159,15 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
             rivals.extend((sym, rival) for rival in unruled)
         else:
             present.append(sym)
-    against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym))
+    against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym) or sym in signs)
     harm = tuple(sorted(sym for sym in own & model.outcomes if _observed(ev, sym)))
     sufficient = any(sym in model.sufficient.get(s.cause, ()) for sym in present)
     profiles = model.profiles.get(s.cause, ())
     familiarity = max((overlap(set(p), set(ev)) for p in profiles), default=None)
     return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient, tuple(rivals),
                        not declared or any(d in ev for d in declared), familiarity,
-                       familiarity is None or familiarity >= th["infer.familiar_overlap"])
+                       familiarity is None or familiarity >= th["infer.familiar_overlap"],
+                       bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes))
 
 
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],

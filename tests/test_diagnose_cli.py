@@ -56,6 +56,24 @@ def test_diagnose_json_schema_and_saved_report(tmp_path):
     assert saved["findings"] == report["findings"] and saved["hypotheses"] == report["hypotheses"]
 
 
+def test_a_run_that_fits_closely_prints_its_sign_of_health(tmp_path):
+    """A loss that ends at a two-hundredth of its start: text and JSON name the sign, the findings do not, and a
+    root-cause query of the stored run still calls it healthy."""
+    rng = np.random.default_rng(5)
+    rows = healthy_gradients(200, rng)
+    rows.append(("convergence", "loss", "", healthy_loss(200, rng, floor=2.3 / 200, noise=0.001)))
+    run_dir = write_run(tmp_path / "fit", {0: rows}, run_id="cli-fit")
+    store = str(tmp_path / "store")
+    text = CliRunner().invoke(debug_app, ["diagnose", str(run_dir), "--store", store, "--wide"])
+    assert text.exit_code == 0, text.output
+    assert "sign of health: the loss ended at" in text.output and "the run looks healthy" in text.output
+    report = json.loads((run_dir / "diagnosis.json").read_text())
+    assert [s["symptom"] for s in report["signs"]] == ["LossFitsClosely"] and report["findings"] == []
+    stored = CliRunner().invoke(debug_app, ["root-cause", "cli-fit", "--store", store, "--json"])
+    assert stored.exit_code == 0, stored.output
+    assert json.loads(stored.stdout)["status"] == "healthy"
+
+
 def test_dimension_flags_limit_what_is_diagnosed(tmp_path):
     run_dir = moe_run(tmp_path / "moe")
     res = CliRunner().invoke(debug_app, ["diagnose", str(run_dir), "--gradient", "--json", "--store", "memory"])

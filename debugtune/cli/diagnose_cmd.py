@@ -24,6 +24,8 @@ from debugtune.cli.common import (
 )
 from debugtune.cli.import_cmd import DeviceOption, InterconnectOption
 from debugtune.engine.infer import REPORT_FILE, DiagnosisReport
+from debugtune.engine.infer.explain import PHRASES
+from debugtune.engine.infer.model import health_signs
 from debugtune.kg.assertions import read_findings, read_hypotheses
 from debugtune.kg.namespaces import check_run_id
 from debugtune.kg.records import Finding, Hypothesis
@@ -67,6 +69,8 @@ def print_report(report: DiagnosisReport, *, top: int | None = None, explain: bo
         print_hypotheses(report.hypotheses, top, wide=wide)
         for h in report.hypotheses[: (top or len(report.hypotheses)) if explain else 1]:
             console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
+    for sign in report.signs:
+        console.print(f"[green]sign of health: {escape(PHRASES[sign.symptom](sign))}[/]")
     for note in report.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
     colour = {"diagnosed": "green", "healthy": "green", "undetermined": "yellow"}[report.status]
@@ -162,9 +166,10 @@ def diagnose_command(
 
 def _stored(run_id: str, store: str | None) -> tuple[list[Finding], list[Hypothesis], str]:
     with session_store(store, read_only=True) as st:
-        findings, hypotheses = read_findings(st, run_id), read_hypotheses(st, run_id)
-        target = st.target
-    if not findings and not hypotheses:
+        signs, stored = health_signs(st), read_findings(st, run_id)
+        findings = [f for f in stored if f.symptom not in signs]  # a sign of health is stored, never a finding
+        hypotheses, target = read_hypotheses(st, run_id), st.target
+    if not stored and not hypotheses:
         fail(f"{run_id} is not a directory and the store {target} has no diagnosis for a run with that id; "
              f"diagnose it first: cann-debug diagnose RUN_DIR --store {target}")
     return findings, hypotheses, target

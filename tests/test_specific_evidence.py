@@ -195,6 +195,12 @@ def test_a_loss_that_fits_closely_speaks_against_a_rate_too_high(model, th):
     fit = top(model, th, [*overshoot, f("LossFitsClosely", onset=150, severity=1.0)], DENSE)
     assert fit.hypotheses == []
     assert "LossFitsClosely" in fit.specificity["LearningRateTooHigh"].against
+    # predictions that barely vary belie the close fit: the loss fell because the model learnt the targets' mean
+    mean_only = [*overshoot, f("LossFitsClosely", onset=150, severity=1.0),
+                 f("PredictionsNearConstant", onset=100, severity=0.9)]
+    r = top(model, th, mean_only, DENSE)
+    assert "LossFitsClosely" not in r.specificity["LearningRateTooHigh"].against
+    assert r.hypotheses and r.hypotheses[0].cause == "LearningRateTooHigh"
 
 
 def test_a_set_up_fact_in_a_run_that_fits_closely_without_failure_is_advice(model, th):

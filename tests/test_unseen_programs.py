@@ -372,3 +372,28 @@ def test_a_polynomial_fit_on_raw_powers_that_converges_is_not_named(tmp_path):
     report = diagnose(tmp_path)
     assert [h.cause for h in report.hypotheses] == []
     assert "UnnormalizedInputs" in [a.cause for a in report.advice]
+
+
+def test_a_loss_that_fell_by_learning_the_targets_mean_is_no_sign_of_health(tmp_path):
+    """A sigmoid MLP on Adam 0.01 whose regression targets sit at 10 + sin(·): the loss falls a hundredfold as the
+    output bias learns the mean (107 → 0.5), while the predictions barely vary (R² near zero). The measured
+    explained share belies the loss ratio, so the close fit does not stand and cannot clear a cause."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2048, 8, generator=g)
+    y = 10.0 + torch.sin(x @ torch.randn(8, 1, generator=g)) + 0.1 * torch.randn(2048, 1, generator=g)
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(8, 64), nn.Sigmoid(), nn.Linear(64, 64), nn.Sigmoid(), nn.Linear(64, 64),
+                          nn.Sigmoid(), nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    with debugtune.attach(model, opt, tmp_path) as probe:
+        for _ in range(250):
+            i = torch.randint(0, 2048, (64,), generator=g)
+            opt.zero_grad()
+            loss = F.mse_loss(model(x[i]), y[i])
+            loss.backward()
+            opt.step()
+            probe.log(loss=loss.item())
+    report = diagnose(tmp_path)
+    assert "PredictionsNearConstant" in {f.symptom for f in report.findings}
+    assert report.signs == [] and report.hypotheses

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from debugtune.kg.namespaces import KB
+from debugtune.kg.records import Finding
 from debugtune.kg.store import Store
 
 
@@ -52,6 +54,13 @@ class CausalModel:
     """Symptoms that are harm to the training's outcome (``dt:isOutcome``), not internal states."""
     signs: frozenset[str] = frozenset()
     """Observations that speak for a working run (``dt:healthSign``): counter-evidence only, never a finding."""
+    belies: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Sign → the symptoms whose observation contradicts it (``dt:belies``): then it does not stand."""
+
+    def standing_signs(self, findings: Iterable[Finding]) -> frozenset[str]:
+        """The signs of health among ``findings`` that no other observed finding belies."""
+        seen = {f.symptom for f in findings}
+        return frozenset(s for s in seen & self.signs if not seen & self.belies.get(s, frozenset()))
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -153,7 +162,7 @@ def load_model(store: Store) -> CausalModel:
                        advisory, {c: frozenset(v) for c, v in needs.items()},
                        _evidence_items(store, "dt:SpecificEvidence"), _evidence_items(store, "dt:CounterEvidence"),
                        _evidence_items(store, "dt:SpecificEvidence", "dt:sufficientAlone true"),
-                       _flagged(store, "dt:Symptom", "dt:isOutcome"), health_signs(store))
+                       _flagged(store, "dt:Symptom", "dt:isOutcome"), health_signs(store), _belies(store))
 
 
 def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[str, ...]]:
@@ -167,9 +176,25 @@ def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[s
     return {c: tuple(sorted(v)) for c, v in out.items()}
 
 
+def _belies(store: Store) -> dict[str, frozenset[str]]:
+    out: dict[str, set[str]] = defaultdict(set)
+    for r in store.select("SELECT ?s ?sign WHERE { ?s a dt:Symptom ; dt:belies ?sign }").dicts():
+        if (sym := _local(r["s"])) is not None and (sign := _local(r["sign"])) is not None:
+            out[sign].add(sym)
+    return {k: frozenset(v) for k, v in out.items()}
+
+
 def health_signs(store: Store) -> frozenset[str]:
     """The symptoms that speak for a working run (``dt:healthSign``): reported as signs, never as findings."""
     return _flagged(store, "dt:Symptom", "dt:healthSign")
+
+
+def split_signs(store: Store, stored: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """A run's stored findings as (findings, standing signs of health): a sign is never a finding, and one that
+    another finding belies (``dt:belies``) is dropped."""
+    model = CausalModel({}, {}, [], {}, signs=health_signs(store), belies=_belies(store))
+    standing = model.standing_signs(stored)
+    return ([f for f in stored if f.symptom not in model.signs], [f for f in stored if f.symptom in standing])
 
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:

@@ -177,6 +177,7 @@ def _evidence_items(store: Store, cls: str, also: str = "") -> dict[str, tuple[s
 
 
 def _belies(store: Store) -> dict[str, frozenset[str]]:
+    """Sign of health → the symptoms that belie it (``dt:belies``)."""
     out: dict[str, set[str]] = defaultdict(set)
     for r in store.select("SELECT ?s ?sign WHERE { ?s a dt:Symptom ; dt:belies ?sign }").dicts():
         if (sym := _local(r["s"])) is not None and (sign := _local(r["sign"])) is not None:

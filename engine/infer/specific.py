@@ -18,6 +18,10 @@ evidence that is a fault by definition (``dt:sufficientAlone``) is exempt. Satur
 units say "saturating activations" only where the init scale was measured; a Trainer run that records no init
 gain cannot tell the two apart, and its confidence stays under the ceiling with the deciding measurement named.
 
+A sign of health (``dt:healthSign``: the loss fit the data closely) is counter-evidence only, against the causes
+whose harm is a loss that cannot fall; where it stands and no outcome symptom was seen, a cause resting on set-up
+facts alone is advice (engine.infer.engine.reportable).
+
 Upstream explains downstream: a specific symptom does not count for a cause when an observed symptom with a
 path of causal links into it, which the cause itself does not reach, began no later (unnormalised inputs that bias a
 router explain the biased router before a gate-initialisation cause of its own is named).

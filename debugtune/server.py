@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 
 from debugtune import __version__
 from debugtune.dashboard import dashboard_router
-from debugtune.engine.infer.model import split_signs
+from debugtune.engine.infer.model import split_stored_signs
 from debugtune.engine.infer.report import DiagnosisReport
 from debugtune.kg.assertions import read_experiments, read_findings, read_hypotheses, runs
 from debugtune.kg.endpoint import (
@@ -62,7 +62,7 @@ def run_report(store: Store, run_id: str) -> dict[str, Any]:
     if not meta:
         raise EndpointError(404, f"no run {run_id!r} in the store")
     info = {r["p"].rsplit("#", 1)[-1]: r["o"] for r in meta}
-    findings, signs = split_signs(store, read_findings(store, run_id))
+    findings, signs = split_stored_signs(store, read_findings(store, run_id))
     report = DiagnosisReport(run=run_id, findings=findings, signs=signs,
                              hypotheses=read_hypotheses(store, run_id), run_dir=info.get("runDir"),
                              steps=int(info.get("stepCount") or 0), stored_in=store.target,

@@ -25,7 +25,7 @@ from debugtune.cli.common import (
 from debugtune.cli.import_cmd import DeviceOption, InterconnectOption
 from debugtune.engine.infer import REPORT_FILE, DiagnosisReport
 from debugtune.engine.infer.explain import PHRASES
-from debugtune.engine.infer.model import split_signs
+from debugtune.engine.infer.model import split_stored_signs
 from debugtune.kg.assertions import read_findings, read_hypotheses
 from debugtune.kg.namespaces import check_run_id
 from debugtune.kg.records import Finding, Hypothesis
@@ -167,7 +167,7 @@ def diagnose_command(
 def _stored(run_id: str, store: str | None) -> tuple[list[Finding], list[Hypothesis], str]:
     with session_store(store, read_only=True) as st:
         stored = read_findings(st, run_id)
-        findings, _signs = split_signs(st, stored)  # a sign of health is stored beside them, never a finding
+        findings, _signs = split_stored_signs(st, stored)  # a sign of health is stored beside them, never a finding
         hypotheses, target = read_hypotheses(st, run_id), st.target
     if not stored and not hypotheses:
         fail(f"{run_id} is not a directory and the store {target} has no diagnosis for a run with that id; "

@@ -111,8 +111,8 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     could_judge = set(judged)
     findings, judged = before_breakdown(findings, judged)
     # signs of health are counter-evidence only: they neither score a cause nor count as an unexplained finding
-    signs = model.standing_signs(findings)
-    findings = [f for f in findings if f.symptom not in model.signs]
+    findings, standing = model.split_signs(findings)
+    signs = frozenset(f.symptom for f in standing)
     judged = {j for j in judged if j not in model.signs}
     ev = evidence(findings, judged, th["infer.evidence_floor"])
     pri = priors(model, th)
@@ -184,14 +184,13 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     t0 = time.perf_counter()
     replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)
     timing["infer.assert"] = time.perf_counter() - t0
-    findings = [f for f in diagnosis.findings if f.symptom not in model.signs]
-    standing = model.standing_signs(diagnosis.findings)
+    findings, signs = model.split_signs(diagnosis.findings)
     return DiagnosisReport(
         run=run_id, findings=findings, hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
         advice=ranking.advice, undetermined=ranking.undetermined,
         blind=None if findings else blind_spots(diagnosis.judged, diagnosis.coverage, diagnosis.recorded, th),
-        signs=[f for f in diagnosis.findings if f.symptom in standing],
+        signs=signs,
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps,
         report_threshold=calibrated(th["infer.report_threshold"], th),
         stored_in=getattr(store, "target", None))

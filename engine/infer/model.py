@@ -57,10 +57,9 @@ class CausalModel:
     belies: dict[str, frozenset[str]] = field(default_factory=dict)
     """Sign → the symptoms whose observation contradicts it (``dt:belies``): then it does not stand."""
 
-    def standing_signs(self, findings: Iterable[Finding]) -> frozenset[str]:
-        """The signs of health among ``findings`` that no other observed finding belies."""
-        seen = {f.symptom for f in findings}
-        return frozenset(s for s in seen & self.signs if not seen & self.belies.get(s, frozenset()))
+    def split_signs(self, findings: Iterable[Finding]) -> tuple[list[Finding], list[Finding]]:
+        """``findings`` as (findings, standing signs of health): see :func:`split_signs`."""
+        return split_signs(findings, self.signs, self.belies)
 
     def __post_init__(self) -> None:
         self.children: dict[str, list[Link]] = defaultdict(list)
@@ -190,12 +189,19 @@ def health_signs(store: Store) -> frozenset[str]:
     return _flagged(store, "dt:Symptom", "dt:healthSign")
 
 
-def split_signs(store: Store, stored: list[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """A run's stored findings as (findings, standing signs of health): a sign is never a finding, and one that
-    another finding belies (``dt:belies``) is dropped."""
-    model = CausalModel({}, {}, [], {}, signs=health_signs(store), belies=_belies(store))
-    standing = model.standing_signs(stored)
-    return ([f for f in stored if f.symptom not in model.signs], [f for f in stored if f.symptom in standing])
+def split_signs(findings: Iterable[Finding], signs: frozenset[str], belies: dict[str, frozenset[str]]
+                ) -> tuple[list[Finding], list[Finding]]:
+    """(findings, standing signs of health): a sign of health (``signs``) is never a finding, and one that another
+    observed finding belies (``belies``: sign → symptoms, ``dt:belies``) does not stand."""
+    findings = list(findings)
+    seen = {f.symptom for f in findings}
+    return ([f for f in findings if f.symptom not in signs],
+            [f for f in findings if f.symptom in signs and not seen & belies.get(f.symptom, frozenset())])
+
+
+def split_stored_signs(store: Store, stored: Iterable[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """A run's findings as read back from the graph, split as :func:`split_signs` with the knowledge in ``store``."""
+    return split_signs(stored, health_signs(store), _belies(store))
 
 
 def _flagged(store: Store, cls: str, flag: str) -> frozenset[str]:

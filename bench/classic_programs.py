@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 import debugtune
 from debugtune.api import diagnose
+from debugtune.engine.infer import DiagnosisReport
 
 Step = Callable[[], float]
 
@@ -45,7 +46,7 @@ class Program:
     sched_every: int = 1
 
 
-class _Data:
+class Data:
     """The digits as 28×28 images (MNIST's normalisation) and as 8 rows of 8, their labels, and a generator."""
 
     def __init__(self, seed: int) -> None:
@@ -74,7 +75,7 @@ def _update(opt: torch.optim.Optimizer, loss: Callable[[], torch.Tensor], clip: 
     return out.item()
 
 
-def _classify(model: nn.Module, opt: torch.optim.Optimizer, d: _Data, x: torch.Tensor,
+def _classify(model: nn.Module, opt: torch.optim.Optimizer, d: Data, x: torch.Tensor,
               loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy) -> Step:
     def step() -> float:
         i = d.batch()
@@ -82,7 +83,7 @@ def _classify(model: nn.Module, opt: torch.optim.Optimizer, d: _Data, x: torch.T
     return step
 
 
-def mnist_adadelta(d: _Data) -> Program:
+def mnist_adadelta(d: Data) -> Program:
     """Two convolutions, dropout, a 128-unit layer; Adadelta at 1.0 with the rate × 0.7 every epoch."""
     model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128), nn.ReLU(), nn.Dropout(0.5),
@@ -92,7 +93,7 @@ def mnist_adadelta(d: _Data) -> Program:
                    torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7), 28)
 
 
-def lenet_tanh(d: _Data) -> Program:
+def lenet_tanh(d: Data) -> Program:
     """LeNet-5: tanh and average pooling; SGD 0.1 with momentum 0.9."""
     model = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.Tanh(), nn.AvgPool2d(2), nn.Conv2d(6, 16, 5), nn.Tanh(),
                           nn.AvgPool2d(2), nn.Flatten(), nn.Linear(400, 120), nn.Tanh(), nn.Linear(120, 84),
@@ -101,7 +102,7 @@ def lenet_tanh(d: _Data) -> Program:
     return Program(model, opt, _classify(model, opt, d, d.img), 300)
 
 
-def mlp_sgd(d: _Data) -> Program:
+def mlp_sgd(d: Data) -> Program:
     """The beginner tutorial's 784-512-512-10 ReLU MLP; SGD 0.01 with momentum 0.9."""
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                           nn.Linear(512, 10))
@@ -109,7 +110,7 @@ def mlp_sgd(d: _Data) -> Program:
     return Program(model, opt, _classify(model, opt, d, d.img), 300)
 
 
-def logreg_raw(d: _Data) -> Program:
+def logreg_raw(d: Data) -> Program:
     """Softmax regression on the raw pixel intensities (0-16); SGD 0.01."""
     model = nn.Linear(64, 10)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -126,7 +127,7 @@ class _Block(nn.Module):
         return F.relu(x + self.body(x))
 
 
-def resnet_bn(d: _Data) -> Program:
+def resnet_bn(d: Data) -> Program:
     """A small residual network with batch norm; SGD 0.1, momentum 0.9, weight decay 5e-4, cosine schedule."""
     model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), _Block(16),
                           nn.MaxPool2d(2), _Block(16), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
@@ -146,7 +147,7 @@ class _RowEncoder(nn.Module):
         return self.head(self.body(self.embed(x.view(-1, 8, 8)) + self.pos).mean(1))
 
 
-def transformer_rows(d: _Data) -> Program:
+def transformer_rows(d: Data) -> Program:
     """A two-layer Transformer encoder over the image's 8 rows; AdamW 5e-4 with a 30-step linear warm-up."""
     model = _RowEncoder()
     opt = torch.optim.AdamW(model.parameters(), lr=5e-4)
@@ -165,7 +166,7 @@ class _RowLSTM(nn.Module):
         return self.head(self.drop(out[:, -1]))
 
 
-def mnist_rnn(d: _Data) -> Program:
+def mnist_rnn(d: Data) -> Program:
     """An LSTM reading the image row by row; Adadelta 0.1 with the rate × 0.7 every 100 steps."""
     model = _RowLSTM()
     opt = torch.optim.Adadelta(model.parameters(), lr=0.1)
@@ -173,7 +174,7 @@ def mnist_rnn(d: _Data) -> Program:
                    torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.7), 100)
 
 
-def conv_autoencoder(d: _Data) -> Program:
+def conv_autoencoder(d: Data) -> Program:
     """A strided-convolution autoencoder; MSE, Adam 1e-3."""
     model = nn.Sequential(nn.Conv2d(1, 16, 3, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 3, 2, 1), nn.ReLU(),
                           nn.ConvTranspose2d(32, 16, 3, 2, 1, 1), nn.ReLU(), nn.ConvTranspose2d(16, 1, 3, 2, 1, 1))
@@ -197,7 +198,7 @@ class _VAE(nn.Module):
         return self.dec(mu + torch.randn_like(mu) * torch.exp(0.5 * logvar)), mu, logvar
 
 
-def vae(d: _Data) -> Program:
+def vae(d: Data) -> Program:
     """The variational autoencoder of the examples: 784-400-20, summed BCE plus KL, Adam 1e-3."""
     model, pixels = _VAE(), (d.img * 0.3081 + 0.1307).clamp(0, 1).view(-1, 784)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -223,7 +224,7 @@ class _Siamese(nn.Module):
         return torch.sigmoid(self.head(torch.cat([self.tower(a), self.tower(b)], 1))).squeeze(1)
 
 
-def siamese(d: _Data) -> Program:
+def siamese(d: Data) -> Program:
     """A siamese CNN saying whether two digits are the same class (half the pairs are); BCE, Adadelta 1.0."""
     model = _Siamese()
     opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
@@ -239,7 +240,7 @@ def siamese(d: _Data) -> Program:
     return Program(model, opt, step, 200)
 
 
-def tabular_bn(d: _Data) -> Program:
+def tabular_bn(d: Data) -> Program:
     """The breast-cancer table, standardised: an MLP with batch norm and dropout; BCE on logits, Adam 1e-3."""
     from sklearn.datasets import load_breast_cancer
 
@@ -271,7 +272,7 @@ class _Sines(nn.Module):
         return torch.cat(outs, 1)
 
 
-def lstm_sines(d: _Data) -> Program:
+def lstm_sines(d: Data) -> Program:
     """The time-sequence example's two LSTM cells of 51 predicting the next value of shifted sines; MSE, Adam
     1e-2 (the example's LBFGS takes too few steps for a loss curve)."""
     model, t = _Sines(), torch.arange(100).float()
@@ -293,7 +294,7 @@ class _CharGRU(nn.Module):
         return self.out(self.rnn(self.embed(x))[0])
 
 
-def char_gru(d: _Data) -> Program:
+def char_gru(d: Data) -> Program:
     """A character-level GRU language model on a repeated sentence; Adam 2e-3, gradients clipped at 5."""
     text = "the quick brown fox jumps over the lazy dog and then the dog sleeps while the fox runs away " * 40
     vocab = sorted(set(text))
@@ -309,15 +310,20 @@ def char_gru(d: _Data) -> Program:
     return Program(model, opt, step, 300)
 
 
-PROGRAMS: dict[str, Callable[[_Data], Program]] = {f.__name__: f for f in (
+PROGRAMS: dict[str, Callable[[Data], Program]] = {f.__name__: f for f in (
     mnist_adadelta, lenet_tanh, mlp_sgd, logreg_raw, resnet_bn, transformer_rows, mnist_rnn, conv_autoencoder, vae,
     siamese, tabular_bn, lstm_sines, char_gru)}
 
 
-def run(name: str, seed: int, run_dir: Path) -> dict:
-    """Train one program with the probe attached, then diagnose it."""
+def train(name: str, seed: int, run_dir: Path,
+          inject: Callable[[Data, Program], None] | None = None) -> tuple[list[float], DiagnosisReport]:
+    """Train one program with the probe attached (after ``inject`` changed its data or set-up, where given), then
+    diagnose it: the batch losses and the report."""
     torch.manual_seed(seed)
-    p = PROGRAMS[name](_Data(seed))
+    d = Data(seed)
+    p = PROGRAMS[name](d)
+    if inject is not None:
+        inject(d, p)
     losses = []
     with debugtune.attach(p.model, p.opt, run_dir) as probe:
         for i in range(p.steps):
@@ -325,8 +331,19 @@ def run(name: str, seed: int, run_dir: Path) -> dict:
             probe.log(loss=losses[-1])
             if p.sched is not None and (i + 1) % p.sched_every == 0:
                 p.sched.step()
-    report = diagnose(run_dir)
-    tail = sorted(losses[-max(1, len(losses) // 10):])[len(losses) // 20]
+    return losses, diagnose(run_dir)
+
+
+def late_loss(losses: list[float]) -> float:
+    """The loss the run ended at: the median of its last tenth (a mini-batch loss is noisy)."""
+    tail = sorted(losses[-max(1, len(losses) // 10):])
+    return tail[len(tail) // 2]
+
+
+def run(name: str, seed: int, run_dir: Path) -> dict:
+    """Train one healthy program and diagnose it: whether it learnt, its causes, findings and signs."""
+    losses, report = train(name, seed, run_dir)
+    tail = late_loss(losses)
     return {"program": name, "seed": seed, "loss_first": losses[0], "loss_last_tenth": tail,
             "learnt": tail < losses[0], "causes": [[h.cause, round(h.confidence, 2)] for h in report.hypotheses],
             "findings": sorted({f.symptom for f in report.findings}), "signs": [s.symptom for s in report.signs],

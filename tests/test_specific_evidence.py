@@ -215,3 +215,47 @@ def test_a_set_up_fact_in_a_run_that_fits_closely_without_failure_is_advice(mode
     assert advised.hypotheses == [] and "UnnormalizedInputs" in [a.cause for a in advised.advice]
     stale = [f("StaleGradients", onset=0, severity=1.0, dimension="gradient"), fit]
     assert top(model, th, stale, DENSE).hypotheses[0].cause == "MissingZeroGrad"
+
+
+def test_a_set_up_fact_yields_to_a_fault_by_definition(model, th):
+    """Raw pixel values (a set-up fact) and gradients never cleared (a fault by definition) explain the same
+    stalled, bouncing loss: the fault the run shows happening leads, and the input scale stays under the ceiling
+    with the reason given. Without the stale gradients the input scale decides as before."""
+    harm = [f("InputScaleAbnormal", onset=0, severity=0.6, dimension="input"),
+            f("LossPlateau", onset=26, severity=1.0), f("LossOscillation", onset=40, severity=0.7)]
+    assert top(model, th, harm, DENSE).hypotheses[0].cause == "UnnormalizedInputs"
+    both = top(model, th, [*harm, f("StaleGradients", onset=1, severity=1.0, dimension="gradient")], DENSE)
+    raw = both.specificity["UnnormalizedInputs"]
+    assert raw.yields_to == ("MissingZeroGrad",) and not raw.decides
+    assert both.hypotheses[0].cause == "MissingZeroGrad"
+    shown = {h.cause: h for h in both.hypotheses}
+    if "UnnormalizedInputs" in shown:
+        assert shown["UnnormalizedInputs"].confidence <= th["infer.unspecific_ceiling"] + 1e-9
+        assert "fault by definition of MissingZeroGrad" in shown["UnnormalizedInputs"].basis
+
+
+def test_an_init_too_large_explains_outputs_pinned_at_their_bound(model, th):
+    """Weights ×8 drive a siamese network's own sigmoid to exactly 1 for every pair, where the output gradient no
+    longer shows that a loss on probabilities follows: the initialisation, upstream, explains the squashed outputs
+    before a loss/activation mismatch is named."""
+    pinned = [f("OutputsNotLogits", onset=0, severity=1.0, kind="sigmoid", output_min=1.0, output_max=1.0),
+              f("DeadOutputUnits", onset=20, severity=1.0), f("LossPlateau", onset=0, severity=1.0)]
+    judged = DENSE | {"OutputsNotLogits", "DeadOutputUnits", "SquashBeforeLogitLoss"}
+    assert top(model, th, pinned, judged).hypotheses[0].cause == "LossActivationMismatch"
+    big = f("InitWeightsTooLarge", onset=0, dimension="gradient", init_gain_median=4.6)
+    r = top(model, th, [big, *pinned], judged)
+    assert r.specificity["LossActivationMismatch"].upstream == (("OutputsNotLogits", "InitWeightsTooLarge"),)
+    assert r.hypotheses[0].cause == "BadWeightInit"
+
+
+def test_a_frozen_body_explains_label_errors_at_random(model, th):
+    """A readout over a frozen body ranks the classes it does not predict about at random, whatever the labels:
+    with most parameters frozen, random-looking label errors do not name label noise."""
+    errors = [f("LabelErrorsAtRandom", onset=150, severity=0.1, error_rank=0.256, kappa=0.26),
+              f("SlowConvergence", onset=30, severity=0.3)]
+    judged = DENSE | {"LabelErrorsAtRandom", "MostParametersFrozen", "ParametersNotOptimized"}
+    assert top(model, th, errors, judged).hypotheses[0].cause == "LabelNoise"
+    frozen = f("MostParametersFrozen", "0", onset=0, dimension="gradient", frozen_share=0.88)
+    r = top(model, th, [frozen, *errors], judged)
+    assert r.specificity["LabelNoise"].upstream == (("LabelErrorsAtRandom", "MostParametersFrozen"),)
+    assert r.hypotheses[0].cause == "FrozenParameters"

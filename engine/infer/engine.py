@@ -25,7 +25,15 @@ from debugtune.engine.infer.causal import (
 from debugtune.engine.infer.explain import explanation
 from debugtune.engine.infer.model import CausalModel, load_model
 from debugtune.engine.infer.report import Candidate, DiagnosisReport
-from debugtune.engine.infer.specific import Specificity, capped, ceiling_of, lead_first, specificity, weigh
+from debugtune.engine.infer.specific import (
+    Specificity,
+    capped,
+    ceiling_of,
+    lead_first,
+    specificity,
+    weigh,
+    yield_to_faults,
+)
 from debugtune.engine.infer.undetermined import Undetermined, undetermined
 from debugtune.kg.assertions import replace_diagnosis
 from debugtune.kg.namespaces import GRAPH_INFERRED, KB, run_base, run_id_of_graph
@@ -124,7 +132,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
                                                   frozenset(f.symptom for f in findings))]
     # a rival is any candidate, applicable or not: one whose effects the run cannot show cannot be ruled out either
     rivals = set(candidates) & set(model.causes)
-    spec = {s.cause: specificity(model, s, ev, th, rivals, signs) for s in scores}
+    spec = yield_to_faults(model, {s.cause: specificity(model, s, ev, th, rivals, signs) for s in scores})
     # a cause whose own evidence decides, and is a fault by definition or came with harm to the outcome, is
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.engine.infer.causal import CauseScore, SymptomEvidence, overlap
@@ -53,17 +53,18 @@ class Specificity:
     familiarity: float | None = None                 # best overlap of a calibration profile's judged symptoms
     familiar: bool = True                            # ... reaches infer.familiar_overlap (or the cause has none)
     quiet: bool = False                              # a sign of health (dt:healthSign) and no outcome symptom
+    yields_to: tuple[str, ...] = ()                  # causes whose fault by definition outranks its set-up facts
 
     @property
     def decides(self) -> bool:
         """Whether the cause's own evidence is in the run (observed, unexplained, and nothing against it): it leads
         the causes resting on generic symptoms."""
-        return bool(self.present or self.rivals) and not self.against
+        return bool(self.present or self.rivals) and not self.against and not self.yields_to
 
     @property
     def certain(self) -> bool:
         """Whether it decides on evidence no unruled rival shares: only then may it be shown above the ceiling."""
-        return bool(self.present) and not self.against
+        return bool(self.present) and not self.against and not self.yields_to
 
     @property
     def discounts(self) -> bool:
@@ -83,6 +84,9 @@ class Specificity:
         """One sentence for the report: why the confidence is what it is."""
         if self.against:
             return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
+        if self.yields_to:
+            return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and this run "
+                    f"shows a fault by definition of {', '.join(self.yields_to)}; shown at most {ceiling:.2f}")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()
         if self.rivals:
@@ -174,6 +178,16 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
                        bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes))
 
 
+def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity]) -> dict[str, Specificity]:
+    """A set-up fact yields to a fault by definition: where a candidate's own evidence is a fault by definition
+    (``dt:sufficientAlone``: gradients never zeroed, a weight scale beyond every standard init), a candidate whose
+    present evidence is set-up facts only (``dt:precondition``: raw inputs, bounded activations) no longer decides.
+    The fact made the harm possible; the fault is the one the run shows happening."""
+    faults = tuple(sorted(c for c, x in spec.items() if x.sufficient and x.decides and c not in model.advisory))
+    return {c: replace(x, yields_to=faults) if faults and c not in faults and x.present and not x.sufficient
+            and set(x.present) <= model.preconditions else x for c, x in spec.items()}
+
+
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],
           th: Thresholds) -> None:
     """Fold the rule into the log scores: counter-evidence costs ``infer.counter_penalty`` once; where some
@@ -204,6 +218,6 @@ def ceiling_of(x: Specificity, th: Thresholds) -> float:
     evidence was seen but is shared with a rival the run cannot rule out or explained upstream; the lower
     ``infer.unmeasured_ceiling`` where none of it was seen (judged and absent, not measurable, or none named), so
     that generic symptoms alone never read as likely."""
-    if x.decides or x.upstream:
+    if x.decides or x.upstream or x.yields_to:
         return th["infer.unspecific_ceiling"]
     return min(th["infer.unspecific_ceiling"], th["infer.unmeasured_ceiling"])

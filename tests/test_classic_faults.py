@@ -1,0 +1,64 @@
+"""The classic-program fault bench (bench/classic_faults.py): its injections do what they say on every program
+they apply to, its harm criterion, and one of the cases it found, trained and diagnosed end to end."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("sklearn")
+
+from torch import nn  # noqa: E402
+
+from bench import classic_faults as cf  # noqa: E402
+from bench.classic_programs import PROGRAMS, Data  # noqa: E402
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_the_frozen_body_fault_leaves_only_the_last_layer_of_the_forward_pass_trainable(program):
+    torch.manual_seed(0)
+    d = Data(0)
+    p = PROGRAMS[program](d)
+    cf.FAULTS["frozen_body"].inject(d, p)
+    order: list[nn.Module] = []
+    for m in p.model.modules():
+        if not list(m.children()) and list(m.parameters(False)):
+            m.register_forward_hook(lambda mod, _a, _y: order.append(mod))
+    p.step()
+    trainable = {id(q) for q in p.model.parameters() if q.requires_grad}
+    assert trainable == {id(q) for q in order[-1].parameters()}
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of")
+def test_the_rate_faults_scale_the_schedules_base_rate_too():
+    torch.manual_seed(0)
+    p = PROGRAMS["transformer_rows"](Data(0))
+    cf.FAULTS["lr_x50"].inject(Data(0), p)
+    for _ in range(40):
+        p.sched.step()
+    assert math.isclose(p.opt.param_groups[0]["lr"], 5e-4 * 50, rel_tol=1e-6)
+
+
+def test_the_activation_and_bias_faults_apply_only_where_there_are_relu_modules():
+    assert cf.applicable("mlp_sgd", "sigmoid") and not cf.applicable("lenet_tanh", "sigmoid")
+    assert cf.applicable("tabular_bn", "relu_bias_neg5") and not cf.applicable("char_gru", "relu_bias_neg5")
+    torch.manual_seed(0)
+    p = PROGRAMS["mlp_sgd"](Data(0))
+    cf.FAULTS["sigmoid"].inject(Data(0), p)
+    assert not any(isinstance(m, nn.ReLU) for m in p.model.modules())
+
+
+def test_harm_is_judged_against_the_healthy_twin():
+    assert cf.harmed(float("nan"), 2.3, 0.05)
+    assert cf.harmed(1.0, 2.3, 0.05) and not cf.harmed(0.06, 2.3, 0.05)
+    assert not cf.harmed(0.5, 0.7, 0.4)  # under 1.5 times the twin's loss
+
+
+def test_a_logistic_regression_on_raw_pixels_without_zero_grad_is_named_missing_zero_grad():
+    """The program trains well on raw 0-16 pixels; without its zero_grad the stale gradients (a fault by
+    definition) lead, and the raw input scale (a set-up fact) yields to them."""
+    healthy, faulty = cf.one(("logreg_raw", 0, ["no_zero_grad"]))
+    assert not healthy["causes"] and "InputScaleAbnormal" in healthy["findings"]
+    assert faulty["manifested"] and faulty["causes"][0][0] == "MissingZeroGrad"

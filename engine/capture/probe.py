@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from debugtune.engine.capture.frozen_init import KEYS as FROZEN_INIT_KEYS
+from debugtune.engine.capture.frozen_init import frozen_init
 from debugtune.engine.capture.hooks_activations import ActivationStats, activation_modules
 from debugtune.engine.capture.hooks_comm import CollectiveTimer
 from debugtune.engine.capture.hooks_router import RouterWatch
@@ -121,6 +123,7 @@ class Probe:
 
         self._model = model
         self.layout = ParamLayout(model, optimizer)
+        self._frozen_init = self._test_frozen(th)
         self._completed = 0  # optimizer steps done
         self._logs_lr = False  # the loop logs its own learning rate (the probe then records none)
         self._step = 0  # the step (iteration) in progress
@@ -178,6 +181,20 @@ class Probe:
         except Exception as exc:  # noqa: BLE001 — a broken knowledge base disables features, not training
             self.errors.add("thresholds", exc)
             return Thresholds({})
+
+    def _test_frozen(self, th: Mapping[str, float]) -> dict[str, Any]:
+        """Whether the frozen tensors are as constructed (engine.capture.frozen_init), read once at attach."""
+        lay = self.layout
+        if not lay.frozen:
+            return {}
+        try:
+            out = frozen_init(lay.names, lay.params, lay.frozen, th)
+        except Exception as exc:  # noqa: BLE001 — a test that fails disables itself, never the training
+            self.errors.add("frozen_init", exc)
+            return {}
+        if not out:
+            self.disabled["frozen_init"] = f"no thresholds {', '.join(FROZEN_INIT_KEYS)}"
+        return out
 
     def _make_detectors(self, th: Mapping[str, float]) -> StreamDetectors | None:
         try:
@@ -506,7 +523,8 @@ class Probe:
             "updates": self.updates, "steps_completed": self._completed,
             "params": {"watched": len(lay.trainable), "frozen": len(lay.frozen), "optimized": len(lay.optimized),
                        "unnamed_in_optimizer": lay.unnamed_in_optimizer,
-                       "frozen_names": [lay.names[i] for i in lay.frozen][:100], **self._evidence.outside.report()},
+                       "frozen_names": [lay.names[i] for i in lay.frozen][:100], **self._frozen_init,
+                       **self._evidence.outside.report()},
             "routers": [r.name for r in self._routers], "activation_modules": len(self._acts),
             "collectives_timed": self._comm is not None, "sampler": sampler, "disabled": dict(self.disabled),
             "errors": self.errors.report(), "alarms": len(self.alarms), "writer": self.writer.stats(),

@@ -87,6 +87,8 @@ DETECTORS: tuple[Detector, ...] = (
              ("gradient.zero_update.eps",), wiring.not_optimized, signature_of=("FrozenParameters",)),
     Detector("gradient.frozen", "MostParametersFrozen", G, (("grad_norm",),), ("gradient.frozen.*",),
              wiring.frozen_by_flag),
+    Detector("gradient.frozen_untrained", "FrozenAtInitialisation", G, (("grad_norm",),), ("gradient.frozen.*",),
+             wiring.frozen_untrained),
     # -- convergence: the loss curve -------------------------------------------------------------------
     Detector("convergence.nonfinite_loss", "NaNOrInf", C, (("loss",),), _CV, conv.nonfinite_loss,
              conv.convergence_data),

@@ -296,6 +296,36 @@ def frozen_by_flag(ctx: Context, data: object, out: Emit) -> None:
         "gradient.frozen", 0), (grid.steps, np.ones(grid.steps.size)))
 
 
+def frozen_untrained(ctx: Context, data: object, out: Emit) -> None:
+    """Most of the model is frozen and the frozen weights are still as their constructors drew them (uniform on a
+    symmetric interval, engine.capture.frozen_init): a readout over random features, where a frozen body should be
+    a pretrained one. Half or more of the frozen tensors the probe could test must read so; a body frozen after
+    training, or drawn from a normal law, is not claimed."""
+    params = (ctx.meta.get("probe") or {}).get("params") or {}
+    if not params:
+        raise NotJudged("the probe's parameter list (run.json probe.params) not recorded")
+    frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
+    if frozen == 0 or frozen / max(frozen + watched, 1) < ctx.th["gradient.frozen.param_share"]:
+        return  # nothing frozen, or a small part (an adapter recipe): nothing a frozen body says
+    if "frozen_judged" not in params:
+        raise NotJudged("the probe did not test the frozen weights' initialisation (run.json probe.params)")
+    judged, hits = int(params["frozen_judged"]), int(params.get("frozen_as_constructed") or 0)
+    if judged == 0:
+        raise NotJudged("no frozen tensor large enough and not constant to tell its initialisation")
+    if hits * 2 < judged:
+        out.note(f"{hits} of {judged} frozen tensors read as constructed: the frozen part was trained")
+        return
+    names = [str(n) for n in params.get("frozen_as_constructed_names") or []]
+    grid = ctx.view.by_entity("grad_norm")
+    need_steps(ctx, grid.steps, "grad_norm")
+    first = names[0].rpartition(".")[0] or names[0] if names else ""
+    out.add(make_finding(
+        "FrozenAtInitialisation", "gradient", first, grid.steps, 0, grid.steps.size - 1,
+        float(np.clip(hits / judged, 0.5, 1.0)),
+        {"as_constructed": hits, "judged": judged, "frozen_tensors": frozen, "first_as_constructed": first},
+        "gradient.frozen_untrained", 0), (grid.steps, np.ones(grid.steps.size)))
+
+
 def router_init(ctx: Context, data: object, out: Emit) -> None:
     """At initialisation the router already prefers some experts: the bias (or mean logit) of the favoured
     expert exceeds the median expert's by ``moe.router_init.spread`` nats. Routers start unbiased (Switch,

@@ -279,6 +279,10 @@ PHRASES: dict[str, Callable[[Finding], str]] = {
                                        f"{int(_g(f.evidence, 'tensors_total'))} parameter tensors (first "
                                        f"{f.entity}) have requires_grad=False and never change (meant only "
                                        f"when probing or fine-tuning a part)"),
+    "FrozenAtInitialisation": lambda f: (f"{int(_g(f.evidence, 'as_constructed'))} of the "
+                                         f"{int(_g(f.evidence, 'judged'))} frozen tensors the probe could test "
+                                         f"(first {f.entity}) still hold the values their constructors drew: "
+                                         f"the frozen part was never trained"),
     "PredictionsNearConstant": lambda f: (f"from step {f.onset_step} the model's predictions explained "
                                           f"{_g(f.evidence, 'explained_share'):.0%} of the targets' variance "
                                           f"(output std {_g(f.evidence, 'output_std'):.2g}): it predicts about the "

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-import debugtune  # noqa: E402
 from debugtune.api import diagnose  # noqa: E402
 from debugtune.engine.capture.frozen_init import as_constructed  # noqa: E402
+from tests.test_unseen_programs import train_attached  # noqa: E402
 
 
 @pytest.mark.parametrize("layer", [nn.Linear(256, 128), nn.Conv2d(16, 32, 3), nn.GRU(32, 64),
@@ -58,14 +58,11 @@ def _probe(run_dir: Path, pretrain: int) -> None:
     body.requires_grad_(False)
     model = nn.Sequential(body, nn.Linear(128, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    with debugtune.attach(model, opt, run_dir) as probe:
-        for _ in range(200):
-            i = torch.randint(0, 2048, (64,), generator=g)
-            opt.zero_grad()
-            loss = F.cross_entropy(model(x[i]), y[i])
-            loss.backward()
-            opt.step()
-            probe.log(loss=loss.item())
+
+    def batch_loss() -> torch.Tensor:
+        i = torch.randint(0, 2048, (64,), generator=g)
+        return F.cross_entropy(model(x[i]), y[i])
+    train_attached(model, opt, run_dir, 200, batch_loss)
 
 
 def test_a_body_frozen_at_its_initialisation_names_frozen_parameters(tmp_path):

@@ -30,6 +30,17 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
+def train_attached(model, opt, run_dir: Path, steps: int, batch_loss) -> None:
+    """The plain loop a user writes, with the probe attached: ``batch_loss()`` draws a batch and returns its loss."""
+    with debugtune.attach(model, opt, run_dir) as probe:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = batch_loss()
+            loss.backward()
+            opt.step()
+            probe.log(loss=loss.item())
+
+
 def _causes(run_dir: Path) -> list[str]:
     return [h.cause for h in diagnose(run_dir).hypotheses]
 
@@ -386,14 +397,11 @@ def test_a_loss_that_fell_by_learning_the_targets_mean_is_no_sign_of_health(tmp_
     model = nn.Sequential(nn.Linear(8, 64), nn.Sigmoid(), nn.Linear(64, 64), nn.Sigmoid(), nn.Linear(64, 64),
                           nn.Sigmoid(), nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    with debugtune.attach(model, opt, tmp_path) as probe:
-        for _ in range(250):
-            i = torch.randint(0, 2048, (64,), generator=g)
-            opt.zero_grad()
-            loss = F.mse_loss(model(x[i]), y[i])
-            loss.backward()
-            opt.step()
-            probe.log(loss=loss.item())
+
+    def batch_loss() -> torch.Tensor:
+        i = torch.randint(0, 2048, (64,), generator=g)
+        return F.mse_loss(model(x[i]), y[i])
+    train_attached(model, opt, tmp_path, 250, batch_loss)
     report = diagnose(tmp_path)
     assert "PredictionsNearConstant" in {f.symptom for f in report.findings}
     assert report.signs == [] and report.hypotheses

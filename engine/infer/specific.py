@@ -22,6 +22,9 @@ A sign of health (``dt:healthSign``: the loss fit the data closely) is counter-e
 whose harm is a loss that cannot fall; where it stands and no outcome symptom was seen, a cause resting on set-up
 facts alone is advice (engine.infer.engine.reportable).
 
+A set-up fact yields to a fault by definition: raw inputs do not decide for themselves in a run whose gradients
+were never zeroed (``yield_to_faults``).
+
 Upstream explains downstream: a specific symptom does not count for a cause when an observed symptom with a
 path of causal links into it, which the cause itself does not reach, began no later (unnormalised inputs that bias a
 router explain the biased router before a gate-initialisation cause of its own is named).

@@ -117,7 +117,7 @@ def _label_noise(d: Data, p: Program) -> None:
 
 
 def _raw_pixels(d: Data, p: Program) -> None:
-    d.img.mul_(0.3081).add_(0.1307).mul_(255.0)
+    d.img.copy_(d.pixels() * 255.0)  # in place: the program's step already holds this tensor
     d.flat.mul_(255.0)
 
 
@@ -150,13 +150,13 @@ FAULTS: dict[str, Fault] = {
 
 def applicable(program: str, fault: str) -> bool:
     """Whether the fault can be made in the program (built once on seed 0's data to look at its model)."""
-    torch.manual_seed(0)
-    return FAULTS[fault].applies(program, PROGRAMS[program](_probe_data()))
+    return FAULTS[fault].applies(program, _built(program))
 
 
 @functools.cache
-def _probe_data() -> Data:
-    return Data(0)
+def _built(program: str) -> Program:
+    torch.manual_seed(0)
+    return PROGRAMS[program](Data(0))
 
 
 def _summary(losses: list[float], report: Any) -> dict[str, Any]:

@@ -49,6 +49,8 @@ class Program:
 class Data:
     """The digits as 28×28 images (MNIST's normalisation) and as 8 rows of 8, their labels, and a generator."""
 
+    MEAN, STD = 0.1307, 0.3081  # MNIST's pixel mean and std, as the examples normalise
+
     def __init__(self, seed: int) -> None:
         from sklearn.datasets import load_digits
 
@@ -56,9 +58,13 @@ class Data:
         self.flat = torch.tensor(digits.data, dtype=torch.float32) / 16.0
         self.raw = torch.tensor(digits.data, dtype=torch.float32)
         self.img = (F.interpolate(self.flat.view(-1, 1, 8, 8), size=(28, 28), mode="bilinear",
-                                  align_corners=False) - 0.1307) / 0.3081
+                                  align_corners=False) - self.MEAN) / self.STD
         self.y = torch.tensor(digits.target)
         self.g = torch.Generator().manual_seed(seed)
+
+    def pixels(self) -> torch.Tensor:
+        """The images back on the pixel scale, 0 to 1."""
+        return self.img * self.STD + self.MEAN
 
     def batch(self, n: int = 64) -> torch.Tensor:
         return torch.randint(0, len(self.y), (n,), generator=self.g)
@@ -200,7 +206,7 @@ class _VAE(nn.Module):
 
 def vae(d: Data) -> Program:
     """The variational autoencoder of the examples: 784-400-20, summed BCE plus KL, Adam 1e-3."""
-    model, pixels = _VAE(), (d.img * 0.3081 + 0.1307).clamp(0, 1).view(-1, 784)
+    model, pixels = _VAE(), d.pixels().clamp(0, 1).view(-1, 784)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def loss(x: torch.Tensor) -> torch.Tensor:

@@ -24,9 +24,7 @@ KEYS = (MIN_ELEMENTS_KEY, BAND_KEY)
 
 def as_constructed(w: Any, min_elements: int, band: float) -> bool | None:
     """True where ``w`` is uniform on an interval symmetric about 0 (as a constructor leaves it), False where it
-    is not, None where it cannot tell (too few values, or constant)."""
-    import torch
-
+    is not, None where it cannot tell (too few values, constant, or not finite)."""
     if w.numel() < min_elements or not w.dtype.is_floating_point:
         return None
     x = w.detach().double().flatten()
@@ -35,7 +33,7 @@ def as_constructed(w: Any, min_elements: int, band: float) -> bool | None:
         return None
     mean = float(x.mean())
     ratio = float(x.abs().max()) / (math.sqrt(3.0) * std)
-    return bool(abs(mean) < band * std and abs(ratio - 1.0) <= band and torch.isfinite(x).all())
+    return abs(mean) < band * std and abs(ratio - 1.0) <= band
 
 
 def frozen_init(names: list[str], params: list[Any], frozen: list[int], th: Any) -> dict[str, Any]:

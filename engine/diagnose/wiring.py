@@ -269,31 +269,46 @@ def not_optimized(ctx: Context, data: object, out: Emit) -> None:
         "gradient.not_optimized", 0), (steps, np.ones(steps.size)))
 
 
+def _frozen_share(ctx: Context) -> tuple[dict, int, int]:
+    """run.json's parameter account, the frozen tensors, and all tensors."""
+    params = (ctx.meta.get("probe") or {}).get("params") or {}
+    if not params:
+        raise NotJudged("the probe's parameter list (run.json probe.params) not recorded")
+    frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
+    return params, frozen, frozen + watched
+
+
+def _module_of(names: list[str]) -> str:
+    """The module of the first parameter named ("body.0.weight" → "body.0"), "" where none is."""
+    return (names[0].rpartition(".")[0] or names[0]) if names else ""
+
+
+def _whole_run(ctx: Context, out: Emit, symptom: str, entity: str, severity: float, evidence: dict,
+               detector: str) -> None:
+    """A finding about the set-up: it holds on every recorded step."""
+    grid = ctx.view.by_entity("grad_norm")
+    need_steps(ctx, grid.steps, "grad_norm")
+    out.add(make_finding(symptom, "gradient", entity, grid.steps, 0, grid.steps.size - 1, severity, evidence,
+                         detector, 0), (grid.steps, np.ones(grid.steps.size)))
+
+
 def frozen_by_flag(ctx: Context, data: object, out: Emit) -> None:
     """Most of the model's parameter tensors have ``requires_grad=False`` (the probe lists them in run.json): only
     a small part trains. A frozen backbone under a trained head is a fine-tuning recipe and stays below the share;
     the finding says what is frozen, and the cause needs harm to the outcome as well to be named
     (engine.infer.specific: it is not sufficient alone)."""
-    params = (ctx.meta.get("probe") or {}).get("params") or {}
-    if not params:
-        raise NotJudged("the probe's parameter list (run.json probe.params) not recorded")
-    frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
+    params, frozen, total = _frozen_share(ctx)
     if frozen == 0:
         return
-    share = frozen / max(frozen + watched, 1)
-    names = [str(n) for n in params.get("frozen_names") or []]
+    share = frozen / max(total, 1)
     if share < ctx.th["gradient.frozen.param_share"]:
-        out.note(f"{frozen} of {frozen + watched} parameter tensors frozen (requires_grad=False): "
+        out.note(f"{frozen} of {total} parameter tensors frozen (requires_grad=False): "
                  f"{share:.0%}, below the share that is named")
         return
-    grid = ctx.view.by_entity("grad_norm")
-    need_steps(ctx, grid.steps, "grad_norm")
-    first = names[0].rpartition(".")[0] or names[0] if names else ""
-    out.add(make_finding(
-        "MostParametersFrozen", "gradient", first, grid.steps, 0, grid.steps.size - 1,
-        float(np.clip(share, 0.5, 1.0)),
-        {"frozen_tensors": frozen, "tensors_total": frozen + watched, "frozen_share": share, "first_frozen": first},
-        "gradient.frozen", 0), (grid.steps, np.ones(grid.steps.size)))
+    first = _module_of([str(n) for n in params.get("frozen_names") or []])
+    _whole_run(ctx, out, "MostParametersFrozen", first, float(np.clip(share, 0.5, 1.0)),
+               {"frozen_tensors": frozen, "tensors_total": total, "frozen_share": share, "first_frozen": first},
+               "gradient.frozen")
 
 
 def frozen_untrained(ctx: Context, data: object, out: Emit) -> None:
@@ -301,11 +316,8 @@ def frozen_untrained(ctx: Context, data: object, out: Emit) -> None:
     symmetric interval, engine.capture.frozen_init): a readout over random features, where a frozen body should be
     a pretrained one. Half or more of the frozen tensors the probe could test must read so; a body frozen after
     training, or drawn from a normal law, is not claimed."""
-    params = (ctx.meta.get("probe") or {}).get("params") or {}
-    if not params:
-        raise NotJudged("the probe's parameter list (run.json probe.params) not recorded")
-    frozen, watched = int(params.get("frozen") or 0), int(params.get("watched") or 0)
-    if frozen == 0 or frozen / max(frozen + watched, 1) < ctx.th["gradient.frozen.param_share"]:
+    params, frozen, total = _frozen_share(ctx)
+    if frozen == 0 or frozen / max(total, 1) < ctx.th["gradient.frozen.param_share"]:
         return  # nothing frozen, or a small part (an adapter recipe): nothing a frozen body says
     if "frozen_judged" not in params:
         raise NotJudged("the probe did not test the frozen weights' initialisation (run.json probe.params)")
@@ -315,15 +327,10 @@ def frozen_untrained(ctx: Context, data: object, out: Emit) -> None:
     if hits * 2 < judged:
         out.note(f"{hits} of {judged} frozen tensors read as constructed: the frozen part was trained")
         return
-    names = [str(n) for n in params.get("frozen_as_constructed_names") or []]
-    grid = ctx.view.by_entity("grad_norm")
-    need_steps(ctx, grid.steps, "grad_norm")
-    first = names[0].rpartition(".")[0] or names[0] if names else ""
-    out.add(make_finding(
-        "FrozenAtInitialisation", "gradient", first, grid.steps, 0, grid.steps.size - 1,
-        float(np.clip(hits / judged, 0.5, 1.0)),
-        {"as_constructed": hits, "judged": judged, "frozen_tensors": frozen, "first_as_constructed": first},
-        "gradient.frozen_untrained", 0), (grid.steps, np.ones(grid.steps.size)))
+    first = _module_of([str(n) for n in params.get("frozen_as_constructed_names") or []])
+    _whole_run(ctx, out, "FrozenAtInitialisation", first, float(np.clip(hits / judged, 0.5, 1.0)),
+               {"as_constructed": hits, "judged": judged, "frozen_tensors": frozen, "first_as_constructed": first},
+               "gradient.frozen_untrained")
 
 
 def router_init(ctx: Context, data: object, out: Emit) -> None:

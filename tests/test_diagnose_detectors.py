@@ -420,3 +420,21 @@ def test_a_balancing_term_negligible_in_itself_once_the_loss_has_fallen(tmp_path
     assert weak.evidence["aux_loss"] < th["moe.balance_loss.max_term"]
     d = run_and_diagnose(tmp_path / "mixtral", th, {0: rows(1e-3)})  # Mixtral's coefficient
     assert "BalanceLossNegligible" in d.judged and "BalanceLossNegligible" not in symptoms(d)
+
+
+def test_underconfident_only_where_the_loss_stays_above_the_squashed_floor(tmp_path, th, rng):
+    """Ten classes: a softmax fed to cross-entropy cannot take the loss below ln(1 + 9/e) = 1.46. A run at 85%
+    accuracy whose loss stays near 1.7 is squashed; one at the same accuracy whose loss fell to 1.0 is a model
+    still learning (its logits small, its loss above Fano's bound, yet below anything a squashed output reaches)."""
+    t = np.arange(N)
+    acc = 0.1 + 0.75 * (1 - np.exp(-t / 40))
+
+    def run(name, end):
+        loss = end + (2.3 - end) * np.exp(-t / 40) + 0.01 * rng.standard_normal(N)
+        rows = classifier_rows(rng, loss=loss) + [("convergence", "accuracy", "", acc)]
+        return run_and_diagnose(tmp_path / name, th, {0: rows})
+
+    squashed = finding(run("squashed", 1.7), "UnderconfidentOutputs")
+    assert squashed.evidence["classes_estimate"] == pytest.approx(10, abs=0.5)
+    learning = run("learning", 1.0)
+    assert "UnderconfidentOutputs" in learning.judged and "UnderconfidentOutputs" not in symptoms(learning)

@@ -259,3 +259,17 @@ def test_a_frozen_body_explains_label_errors_at_random(model, th):
     r = top(model, th, [frozen, *errors], judged)
     assert r.specificity["LabelNoise"].upstream == (("LabelErrorsAtRandom", "MostParametersFrozen"),)
     assert r.hypotheses[0].cause == "FrozenParameters"
+
+
+def test_hidden_sigmoids_with_a_loss_still_falling_name_saturating_activations(model, th):
+    """Hidden sigmoids pass on a quarter of the gradient at most: where the loss is still falling steadily at the
+    end, that slowness is the harm they do (an authored link, not one measured on a harness), so the cause leads
+    with the harm named; the sigmoids alone, in a run that shows no harm, name nothing."""
+    assert any(link.target == "SlowConvergence" and not link.measured
+               for link in model.children["SaturatingActivations"])
+    sigmoids = f("BoundedActivationsAttenuate", "0", onset=0, dimension="gradient", slope_median=0.2)
+    judged = DENSE | {"BoundedActivationsAttenuate", "ActivationSaturation", "PredictionsNearConstant"}
+    r = top(model, th, [sigmoids, f("SlowConvergence", onset=150, severity=0.6)], judged)
+    assert r.hypotheses[0].cause == "SaturatingActivations"
+    assert r.specificity["SaturatingActivations"].harm == ("SlowConvergence",)
+    assert top(model, th, [sigmoids], judged).hypotheses == []

@@ -321,8 +321,9 @@ def _fano_bound(acc: np.ndarray, classes: float) -> np.ndarray:
 def _squashed_floor(classes: float) -> float:
     """ln(1 + (K − 1)/e): the least cross-entropy over K classes when what reaches a from-logits loss lies in
     [0, 1] (a softmax or sigmoid applied first): the true class gets at most e/(e + K − 1). K, a count, is the
-    estimate rounded to the nearest integer (an estimate that errs high raises the floor: fewer runs judged)."""
-    return float(np.log1p((max(np.rint(classes), 2.0) - 1.0) / np.e))
+    estimate rounded down: the estimate errs high, and least for a squashed run (its first outputs are near
+    uniform, its first loss ln K or a little above), so rounding down never puts the floor above such a run's."""
+    return float(np.log1p((max(np.floor(classes), 2.0) - 1.0) / np.e))
 
 
 def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
@@ -334,6 +335,8 @@ def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     A model that has learned (accuracy above chance, loss below its start) yet stays above that bound is
     under-confident: its outputs are squashed before the loss (a softmax fed to a from-logits loss).
     Without a training accuracy the evaluation's loss and accuracy are compared instead (``_underconfident_on_eval``).
+    A model still learning is under-confident too (its logits have not grown yet), so a run whose loss trend fell
+    below the least a squashed output can reach (``_squashed_floor``) is not flagged: its outputs are not squashed.
     """
     th, curve = ctx.th, data.curve
     if not ctx.view.has("accuracy"):
@@ -356,6 +359,8 @@ def underconfident(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     tail_bound = float(np.median(bound[-w:]))
     if not (over[-w:].mean() >= 0.5 and tail_loss - tail_bound >= th["convergence.underconfident.excess"]):
         return
+    if float(np.nanmin(loss)) < _squashed_floor(classes):
+        return  # the loss fell below what squashed outputs can reach: a model still learning, not squashing
     persist = ctx.persist("convergence.persist_steps", curve.steps)
     flagged = first_run(over, persist)
     # the onset is where the loss first left the calibrated bound for good (at chance accuracy the bound

@@ -3,6 +3,8 @@ one kind of model is not blurred by another's (bench/faults/calibration.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench.faults.calibration import Sample, fit, presentation
@@ -51,3 +53,21 @@ def test_a_symptom_that_observes_its_mechanism_has_its_own_leak_floor(fitted):
     th = thresholds()
     assert fitted.leaks["LossPlateau"][0] == th["infer.leak_floor"] == 0.05
     assert fitted.leaks["SquashBeforeLogitLoss"][0] == th["infer.leak_floor.SquashBeforeLogitLoss"] < 0.05
+
+
+def test_one_run_of_three_is_an_anecdote_not_a_measured_link():
+    """BadWeightInit has no authored link to SquashBeforeLogitLoss. One run of a kind that shows it gives a rate of
+    a third, above the link's minimum rate, but no link; two runs of three give one (calibration.link_min_runs)."""
+    model, th = load_model(knowledge_store()), thresholds()
+    assert not any(link.target == "SquashBeforeLogitLoss" for link in model.children["BadWeightInit"])
+    healthy = [_sample("mlp", 10 + i, (), truth=None) for i in range(12)]
+
+    def linked(hits: int) -> bool:
+        runs = [_sample("mlp", i, ("LossPlateau", "SquashBeforeLogitLoss") if i < hits else ("LossPlateau",))
+                for i in range(3)]
+        runs = [dataclasses.replace(r, findings=tuple(dataclasses.replace(f, severity=1.0) for f in r.findings))
+                for r in runs]  # at full strength: hits count whole runs
+        return ("BadWeightInit", "SquashBeforeLogitLoss") in fit(runs + healthy, model, th).links
+
+    assert 1 / 3 >= th["calibration.link_min_rate"]
+    assert not linked(1) and linked(2)

@@ -180,6 +180,7 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
     weight = th["calibration.prior_weight"]
     min_judged, min_rate, margin = (th.as_int("calibration.profile_min_judged"), th["calibration.link_min_rate"],
                                     th["calibration.link_margin"])
+    min_hits = th["calibration.link_min_runs"]
     h_rate = {k: v[0] / max(v[1], 1) for k, v in healthy.items()}
     leak_now = {sym: smoothed(k, m, th["infer.leak"], weight) for sym, (k, m) in healthy.items()}
     # the floor stands for causes outside the knowledge base; a symptom that observes its cause's mechanism has
@@ -201,7 +202,7 @@ def fit(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> Calibr
             rate = k / m
             value = profiles[cause][prof][sym]
             if (cause, sym) not in direct and rate >= min_rate and rate >= h_rate.get(sym, 0.0) + margin \
-                    and value > links.get((cause, sym), (0.0, ""))[0]:
+                    and k >= min_hits and value > links.get((cause, sym), (0.0, ""))[0]:
                 links[(cause, sym)] = (value, f"reported in {k:.3g} of {m} {prof} runs (weighted by evidence)")
     main: dict[str, float] = defaultdict(float)
     for link in model.links:

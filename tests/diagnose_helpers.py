@@ -99,3 +99,16 @@ def diagnosed_on_disk(root: Path, run_dir: Path, train: Callable[[Path], object]
     finally:
         st.close()
     return str(store_dir), report.run, report
+
+
+def train_attached(model, opt, run_dir: Path, steps: int, batch_loss) -> None:
+    """The plain loop a user writes, with the probe attached: ``batch_loss()`` draws a batch and returns its loss."""
+    import debugtune
+
+    with debugtune.attach(model, opt, run_dir) as probe:
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = batch_loss()
+            loss.backward()
+            opt.step()
+            probe.log(loss=loss.item())

@@ -14,7 +14,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from debugtune.api import diagnose  # noqa: E402
 from debugtune.engine.capture.frozen_init import as_constructed  # noqa: E402
-from tests.test_unseen_programs import train_attached  # noqa: E402
+from tests.diagnose_helpers import train_attached  # noqa: E402
 
 
 @pytest.mark.parametrize("layer", [nn.Linear(256, 128), nn.Conv2d(16, 32, 3), nn.GRU(32, 64),

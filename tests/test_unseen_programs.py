@@ -20,6 +20,7 @@ from torch.nn import functional as F  # noqa: E402
 import debugtune  # noqa: E402
 from bench.harness2 import plain  # noqa: E402
 from debugtune.api import diagnose  # noqa: E402
+from tests.diagnose_helpers import train_attached  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -28,17 +29,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def train_attached(model, opt, run_dir: Path, steps: int, batch_loss) -> None:
-    """The plain loop a user writes, with the probe attached: ``batch_loss()`` draws a batch and returns its loss."""
-    with debugtune.attach(model, opt, run_dir) as probe:
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = batch_loss()
-            loss.backward()
-            opt.step()
-            probe.log(loss=loss.item())
 
 
 def _causes(run_dir: Path) -> list[str]:

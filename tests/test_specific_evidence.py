@@ -217,6 +217,27 @@ def test_a_set_up_fact_in_a_run_that_fits_closely_without_failure_is_advice(mode
     assert top(model, th, stale, DENSE).hypotheses[0].cause == "MissingZeroGrad"
 
 
+def test_a_set_up_fact_without_harm_to_an_outcome_stays_under_the_ceiling(model, th):
+    """Raw pixels into a softmax regression: the input scale, gradients ten times the weights at the first step
+    and large updates, while the loss falls to 2% of its start (no outcome symptom). The set-up fact is named at
+    no more than the ceiling, with the reason, and follows labels that contradict the model at random; beside a
+    stalled loss it is certain again."""
+    raw = [f("InputScaleAbnormal", onset=0, severity=1.0, dimension="input"),
+           f("GradientExplosion", onset=0, end=2, severity=0.9, dimension="gradient"),
+           f("UpdateRatioTooHigh", onset=0, severity=0.8, dimension="gradient")]
+    ceiling = th["infer.unspecific_ceiling"]
+    r = top(model, th, raw, DENSE)
+    lead = r.hypotheses[0]
+    assert lead.cause == "UnnormalizedInputs" and r.specificity[lead.cause].unharmed_setup
+    assert lead.confidence <= ceiling + 1e-9 and "no outcome it reaches was seen" in lead.basis
+    labels = top(model, th, [*raw, f("LabelErrorsAtRandom", onset=150, severity=0.8)],
+                 DENSE | {"LabelErrorsAtRandom"})
+    assert [h.cause for h in labels.hypotheses][:2] == ["LabelNoise", "UnnormalizedInputs"]
+    stalled = top(model, th, [*raw, f("LossPlateau", onset=30, severity=1.0)], DENSE)
+    assert stalled.hypotheses[0].cause == "UnnormalizedInputs"
+    assert stalled.specificity["UnnormalizedInputs"].certain and stalled.hypotheses[0].confidence > ceiling
+
+
 def test_a_set_up_fact_yields_to_a_fault_by_definition(model, th):
     """Raw pixel values (a set-up fact) and gradients never cleared (a fault by definition) explain the same
     stalled, bouncing loss: the fault the run shows happening leads, and the input scale stays under the ceiling

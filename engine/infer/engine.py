@@ -141,7 +141,8 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     weigh(scores, spec, can_report, th)
     conf = posterior(scores, unknown_score(ev, th), th["infer.temperature"])
     by_cause = {s.cause: s for s in scores}
-    order = [by_cause[c] for c in lead_first(list(by_cause), conf, {c for c, x in spec.items() if x.decides})]
+    order = [by_cause[c] for c in lead_first(list(by_cause), conf, {c for c, x in spec.items() if x.decides},
+                                             {c for c, x in spec.items() if x.weak_decider})]
     # decisions on the posterior, numbers shown through the calibration map ("unknown" keeps its posterior) and
     # no higher than the ceiling for a cause without its specific evidence (engine.infer.specific)
     shown = {c: (p if c == UNKNOWN else capped(calibrated(p, th), spec[c], th)) for c, p in conf.items()}

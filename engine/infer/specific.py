@@ -57,6 +57,7 @@ class Specificity:
     familiar: bool = True                            # ... reaches infer.familiar_overlap (or the cause has none)
     quiet: bool = False                              # a sign of health (dt:healthSign) and no outcome symptom
     yields_to: tuple[str, ...] = ()                  # causes whose fault by definition outranks its set-up facts
+    setup_only: bool = False                         # present evidence is set-up facts only (dt:precondition)
 
     @property
     def decides(self) -> bool:
@@ -66,8 +67,22 @@ class Specificity:
 
     @property
     def certain(self) -> bool:
-        """Whether it decides on evidence no unruled rival shares: only then may it be shown above the ceiling."""
-        return bool(self.present) and not self.against and not self.yields_to
+        """Whether it decides on evidence no unruled rival shares, and that evidence is more than a set-up fact or
+        came with harm to an outcome: only then may it be shown above the ceiling."""
+        return bool(self.present) and not self.against and not self.yields_to and not self.unharmed_setup
+
+    @property
+    def unharmed_setup(self) -> bool:
+        """Its evidence is set-up facts only and no outcome it reaches was seen (internal states at most): raw
+        inputs whose early gradients are ten times the weights, in a run whose loss still falls to 2% of its
+        start. The fact is real; whether it cost the run, one run cannot show (its twin with the fact fixed could),
+        and the bench's calibration, whose healthy runs never have such a fact, would call it certain."""
+        return self.setup_only and not self.harm
+
+    @property
+    def weak_decider(self) -> bool:
+        """It decides on an unharmed set-up fact: it yields the lead to a cause whose evidence is more."""
+        return self.decides and self.unharmed_setup
 
     @property
     def discounts(self) -> bool:
@@ -90,6 +105,10 @@ class Specificity:
         if self.yields_to:
             return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and this run "
                     f"shows a fault by definition of {', '.join(self.yields_to)}; shown at most {ceiling:.2f}")
+        if self.present and self.unharmed_setup:
+            return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and no outcome "
+                    f"it reaches was seen (the loss neither stalled nor diverged): whether it cost the run, a replay "
+                    f"with it fixed would tell; shown at most {ceiling:.2f}")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()
         if self.rivals:
@@ -173,12 +192,13 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
     against = tuple(sym for sym in model.counter.get(s.cause, ()) if _observed(ev, sym) or sym in signs)
     harm = tuple(sorted(sym for sym in own & model.outcomes if _observed(ev, sym)))
     sufficient = any(sym in model.sufficient.get(s.cause, ()) for sym in present)
+    setup_only = bool(present) and not sufficient and set(present) <= model.preconditions
     profiles = model.profiles.get(s.cause, ())
     familiarity = max((overlap(set(p), set(ev)) for p in profiles), default=None)
     return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient, tuple(rivals),
                        not declared or any(d in ev for d in declared), familiarity,
                        familiarity is None or familiarity >= th["infer.familiar_overlap"],
-                       bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes))
+                       bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes), setup_only=setup_only)
 
 
 def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity]) -> dict[str, Specificity]:
@@ -187,8 +207,8 @@ def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity]) -> dict
     present evidence is set-up facts only (``dt:precondition``: raw inputs, bounded activations) no longer decides.
     The fact made the harm possible; the fault is the one the run shows happening."""
     faults = tuple(sorted(c for c, x in spec.items() if x.sufficient and x.decides and c not in model.advisory))
-    return {c: replace(x, yields_to=faults) if faults and c not in faults and x.present and not x.sufficient
-            and set(x.present) <= model.preconditions else x for c, x in spec.items()}
+    return {c: replace(x, yields_to=faults) if faults and c not in faults and x.setup_only else x
+            for c, x in spec.items()}
 
 
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],
@@ -204,10 +224,13 @@ def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reporta
             s.log_likelihood += math.log(th["infer.unspecific_penalty"])
 
 
-def lead_first(causes: Sequence[str], confidence: Mapping[str, float], decides: Set[str]) -> list[str]:
+def lead_first(causes: Sequence[str], confidence: Mapping[str, float], decides: Set[str],
+               weak: Set[str] = frozenset()) -> list[str]:
     """``causes`` with those whose specific evidence decides first, each group by confidence: a cause resting on
-    generic symptoms alone never leads one whose own evidence is in the run."""
-    return sorted(causes, key=lambda c: (c not in decides, -confidence[c]))
+    generic symptoms alone never leads one whose own evidence is in the run, and among those, a cause deciding
+    on an unharmed set-up fact (``weak``) follows one whose evidence is an observed fault: raw inputs do not lead
+    labels that contradict the model at random."""
+    return sorted(causes, key=lambda c: (c not in decides, c in weak, -confidence[c]))
 
 
 def capped(confidence: float, x: Specificity, th: Thresholds) -> float:

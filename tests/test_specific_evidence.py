@@ -238,6 +238,21 @@ def test_a_set_up_fact_without_harm_to_an_outcome_stays_under_the_ceiling(model,
     assert stalled.specificity["UnnormalizedInputs"].certain and stalled.hypotheses[0].confidence > ceiling
 
 
+def test_a_loss_that_gives_back_its_progress_speaks_against_label_noise(model, th):
+    """A row-wise Transformer at AdamW ×50: gradients the batches barely agree on and a loss that stalls name
+    LabelNoise; the same with the loss rising and giving back half its progress is what a step too large does,
+    and random labels never do (networks fit random labels to zero training loss)."""
+    noisy = [f("GradientNoiseDominated", onset=30, severity=0.6, dimension="gradient"),
+             f("LossPlateau", onset=87, severity=0.8)]
+    judged = DENSE | {"GradientNoiseDominated", "LabelErrorsAtRandom"}
+    assert top(model, th, noisy, judged).hypotheses[0].cause == "LabelNoise"
+    r = top(model, th, [*noisy, f("LossDivergence", onset=258, severity=0.9)], judged)
+    assert "LossDivergence" in r.specificity["LabelNoise"].against
+    shown = {h.cause: h.confidence for h in r.hypotheses}
+    assert not r.hypotheses or r.hypotheses[0].cause != "LabelNoise"
+    assert shown.get("LabelNoise", 0.0) <= th["infer.unmeasured_ceiling"] + 1e-9
+
+
 def test_a_set_up_fact_yields_to_a_fault_by_definition(model, th):
     """Raw pixel values (a set-up fact) and gradients never cleared (a fault by definition) explain the same
     stalled, bouncing loss: the fault the run shows happening leads, and the input scale stays under the ceiling

@@ -107,7 +107,7 @@ class Specificity:
                     f"shows a fault by definition of {', '.join(self.yields_to)}; shown at most {ceiling:.2f}")
         if self.present and self.unharmed_setup:
             return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and no outcome "
-                    f"it reaches was seen (the loss neither stalled nor diverged): whether it cost the run, a replay "
+                    f"it reaches was seen (internal states at most): whether it cost the run, a replay "
                     f"with it fixed would tell; shown at most {ceiling:.2f}")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()

@@ -259,6 +259,7 @@ class Scored:
     decides: frozenset[str] = frozenset()  # causes whose specific evidence decides (engine.infer.specific)
     certain: frozenset[str] | None = None  # of those, the ones no unruled rival shares it with (None: all of them)
     ceilings: dict[str, float] = field(default_factory=dict)  # the ceiling of every other cause (engine.infer.specific)
+    weak: frozenset[str] = frozenset()  # deciders on an unharmed set-up fact: they follow the other deciders
 
 
 def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list[Scored]:
@@ -281,7 +282,8 @@ def score(samples: Sequence[Sample], model: CausalModel, th: Thresholds) -> list
                           {sc.cause: len(sc.explained) for sc in r.scores},
                           frozenset(c for c, x in r.specificity.items() if x.decides),
                           frozenset(c for c, x in r.specificity.items() if x.certain),
-                          {c: ceiling_of(x, th) for c, x in r.specificity.items()}))
+                          {c: ceiling_of(x, th) for c, x in r.specificity.items()},
+                          frozenset(c for c, x in r.specificity.items() if x.weak_decider)))
     return out
 
 
@@ -303,13 +305,13 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
     z = {k: math.exp(v - top) for k, v in logits.items()}
     total = sum(z.values())
     conf = {k: v / total for k, v in z.items()}
-    order = lead_first([c for c in conf if c != UNKNOWN and c in sc.reportable], conf, sc.decides)
+    order = lead_first([c for c in conf if c != UNKNOWN and c in sc.reportable], conf, sc.decides, sc.weak)
     causes: list[str] = []
     if order and max(conf[c] for c in order) >= th["infer.report_threshold"]:
         listed = [c for i, c in enumerate(order) if i == 0 or conf[c] >= th["infer.list_threshold"]]
         causes += listed[: th.as_int("infer.max_hypotheses")]
     truth = sc.sample.truth
-    best = next(iter(lead_first([c for c in conf if c in sc.reportable], conf, sc.decides)), None)
+    best = next(iter(lead_first([c for c in conf if c in sc.reportable], conf, sc.decides, sc.weak)), None)
     return Answer(sc, tuple(causes), tuple(_shown(sc, c, conf[c], th) for c in causes),
                   conf.get(truth, 0.0) if truth else 0.0,
                   (_shown(sc, best, conf[best], th), best == truth) if truth and best is not None else None)
@@ -331,7 +333,7 @@ def fit_confidence_map(scored: Sequence[Scored], temperature: float, th: Thresho
 
     identity = Thresholds({**dict(th.items()), "infer.confidence.slope": 1.0, "infer.confidence.offset": 0.0})
     # the map is applied before the ceiling of a cause without specific evidence, so it is fitted on the uncapped values
-    uncapped = (replace(s, decides=frozenset(s.logits), certain=None, ceilings={}) for s in scored
+    uncapped = (replace(s, decides=frozenset(s.logits), certain=None, ceilings={}, weak=frozenset()) for s in scored
                 if s.sample.truth)
     tops = [a.top for a in (answer(s, temperature, identity) for s in uncapped) if a.top]
     if len(tops) < 10:

@@ -8,12 +8,15 @@ ResNet with batch norm, an LSTM over rows, a VAE, a siamese CNN, a character GRU
 bench shares. Here each gets the mistakes users make, applied the way a user makes them, after the program is
 built: the rate ×50 or ÷1000, ``zero_grad`` that does nothing, every parameter but the output layer's
 ``requires_grad=False``, weights ×8, ReLU modules swapped for sigmoids, ReLU biases at −5, half the labels
-replaced at random, pixels left at 0-255.
+replaced at random, pixels left at 0-255; and in the two MoE programs (``bench.classic_moe``) the balancing
+term switched off and the router initialised with ``nn.init.normal_`` (std 1).
 
 A fault counts only where it harmed the run against its healthy twin (same program, same seed): the loss it
-ended at is not finite, or above 1.5 × the twin's and the twin's plus a tenth of what the twin learnt. Its
-diagnosis is then scored: the top hypothesis against the injected cause. The healthy twins are scored too (a
-cause named on one that learnt is a false positive).
+ended at is not finite, or above 1.5 × the twin's and the twin's plus a tenth of what the twin learnt (an MoE's
+task loss, without the balancing term it logs); for the balancing term switched off, the experts' balance
+instead (:func:`unbalanced`), and for the router's initialisation either. Its diagnosis is then scored: the
+top hypothesis against the injected cause. The healthy twins are scored too (a cause named on one that learnt
+is a false positive).
 
     python -m bench.classic_faults [--seeds 1] [--first-seed 0] [--only FAULT ...] [--jobs 2] [--json]
 
@@ -39,13 +42,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from bench.classic_moe import SparseMoE
 from bench.classic_programs import PROGRAMS, Data, Program, late_loss, train
 from bench.faults.calibration import reliability
+from bench.harness2.manifest import CV_FLOOR, CV_RATIO
 
 # The programs that classify ``Data.y`` directly, and those that read the normalised pixels ``Data.img`` / ``flat``
 # as inputs only (the autoencoder's targets are its inputs: raw pixels change its loss's scale, not its fit).
-LABELLED = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "logreg_raw", "resnet_bn", "transformer_rows", "mnist_rnn"}
-PIXELS = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "resnet_bn", "transformer_rows", "mnist_rnn", "siamese"}
+LABELLED = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "logreg_raw", "resnet_bn", "transformer_rows", "mnist_rnn",
+            "mixtral_rows"}
+PIXELS = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "resnet_bn", "transformer_rows", "mnist_rnn", "siamese",
+          "mixtral_rows"}
 
 
 def _scale_lr(factor: float) -> Callable[[Data, Program], None]:
@@ -121,13 +128,34 @@ def _raw_pixels(d: Data, p: Program) -> None:
     d.flat.mul_(255.0)
 
 
+def _moe(p: Program) -> SparseMoE | None:
+    return next((m for m in p.model.modules() if isinstance(m, SparseMoE)), None)
+
+
+def _aux_off(d: Data, p: Program) -> None:
+    moe = _moe(p)
+    assert moe is not None
+    moe.aux_coeff = 0.0
+
+
+def _gate_std_1(d: Data, p: Program) -> None:
+    """The router initialised with ``nn.init.normal_`` at its default std of 1 (Switch cut its scale to 0.1)."""
+    moe = _moe(p)
+    assert moe is not None
+    with torch.no_grad():
+        nn.init.normal_(moe.gate.weight)
+
+
 @dataclass(frozen=True)
 class Fault:
-    """One mistake: the cause it is, how it is made, and the programs it can be made in."""
+    """One mistake: the cause it is, how it is made, the programs it can be made in, and how its harm is judged
+    (``loss``: against the twin's loss, :func:`harmed`; ``balance``: against the twin's expert balance,
+    :func:`unbalanced`; ``either``: one or the other)."""
 
     cause: str
     inject: Callable[[Data, Program], None]
     applies: Callable[[str, Program], bool]
+    criterion: str = "loss"
 
 
 def _any(name: str, p: Program) -> bool:
@@ -145,6 +173,8 @@ FAULTS: dict[str, Fault] = {
     "relu_bias_neg5": Fault("DyingReLU", _dead_relu, lambda n, p: bool(_relu_biases(p.model))),
     "labels_50pct": Fault("LabelNoise", _label_noise, lambda n, p: n in LABELLED),
     "raw_pixels": Fault("UnnormalizedInputs", _raw_pixels, lambda n, p: n in PIXELS),
+    "aux_off": Fault("AuxLossDisabled", _aux_off, lambda n, p: _moe(p) is not None, "balance"),
+    "gate_std_1": Fault("GateInitBias", _gate_std_1, lambda n, p: _moe(p) is not None, "either"),
 }
 
 
@@ -173,20 +203,49 @@ def harmed(fault_end: float, twin_first: float, twin_end: float) -> bool:
     return fault_end > 1.5 * twin_end and fault_end > twin_end + 0.1 * max(twin_first - twin_end, 0.0)
 
 
+def unbalanced(fault_cv: float | None, twin_cv: float | None) -> bool:
+    """The fault left the experts less balanced than the twin's: the CV of their top-1 shares at least
+    ``CV_RATIO`` × the twin's and at least ``CV_FLOOR`` (harness 2's balance criterion)."""
+    if fault_cv is None or twin_cv is None:
+        return False
+    return not math.isfinite(fault_cv) or fault_cv >= max(CV_RATIO * twin_cv, CV_FLOOR)
+
+
+def _trained(program: str, seed: int, run_dir: Path,
+             inject: Callable[[Data, Program], None] | None = None) -> dict[str, Any]:
+    """Train and diagnose one run: its summary, with the experts' balance where the program has experts. An MoE
+    program logs its loss with the balancing term in it, as users do; its harm is judged on the task's loss
+    alone (a coefficient ×100 adds 1 to the logged loss without costing the task anything)."""
+    built: list[Program] = []
+
+    def keep(d: Data, p: Program) -> None:
+        built.append(p)
+        if inject is not None:
+            inject(d, p)
+    losses, report = train(program, seed, run_dir, keep)
+    moe = _moe(built[0])
+    if moe is not None and len(moe.terms) == len(losses):
+        losses = [loss - term for loss, term in zip(losses, moe.terms, strict=True)]
+    return {**_summary(losses, report), "expert_cv": moe.balance() if moe is not None else None}
+
+
 def one(job: tuple[str, int, list[str]]) -> list[dict[str, Any]]:
     """The healthy twin of one program and seed, then each fault in it."""
     program, seed, faults = job
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        twin = _summary(*train(program, seed, Path(tmp) / "healthy"))
+        twin = _trained(program, seed, Path(tmp) / "healthy")
         rows.append({"program": program, "seed": seed, "fault": None, "cause": None, **twin,
                      "learnt": twin["loss_end"] < twin["loss_first"]})
         for name in faults:
             f = FAULTS[name]
-            row = _summary(*train(program, seed, Path(tmp) / name, f.inject))
+            row = _trained(program, seed, Path(tmp) / name, f.inject)
+            loss = harmed(row["loss_end"], twin["loss_first"], twin["loss_end"])
+            balance = unbalanced(row["expert_cv"], twin["expert_cv"])
+            hit = {"loss": loss, "balance": balance, "either": loss or balance}[f.criterion]
             rows.append({"program": program, "seed": seed, "fault": name, "cause": f.cause, **row,
-                         "manifested": harmed(row["loss_end"], twin["loss_first"], twin["loss_end"])})
+                         "manifested": hit})
     return rows
 
 
@@ -232,8 +291,9 @@ def _line(r: dict[str, Any]) -> str:
     else:
         mark = ("ok " if r["causes"][:1] and r["causes"][0][0] == r["cause"] else "XX ") if r["manifested"] \
             else "-- "
+    cv = f" cv {r['expert_cv']:.2f}" if r.get("expert_cv") is not None else ""
     return (f"{mark:7s} {r['program']:17s} s{r['seed']} {r['fault'] or '':13s} loss {r['loss_first']:.3g} → "
-            f"{r['loss_end']:.3g}  causes: {named}  findings: {', '.join(r['findings']) or '-'}")
+            f"{r['loss_end']:.3g}{cv}  causes: {named}  findings: {', '.join(r['findings']) or '-'}")
 
 
 def _print(fig: dict[str, Any], seconds: float) -> None:

@@ -19,7 +19,6 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,65 +26,19 @@ from torch import nn
 from torch.nn import functional as F
 
 import debugtune
+from bench.classic_base import Data, Program, Step, update
+from bench.classic_moe import mixtral_rows, switch_lm
 from debugtune.api import diagnose
 from debugtune.engine.infer import DiagnosisReport
 
-Step = Callable[[], float]
-
-
-@dataclass
-class Program:
-    """One training: its model and optimizer, the step that returns the batch loss, how many steps, and a
-    scheduler stepped every ``sched_every`` steps (or none)."""
-
-    model: nn.Module
-    opt: torch.optim.Optimizer
-    step: Step
-    steps: int
-    sched: torch.optim.lr_scheduler.LRScheduler | None = None
-    sched_every: int = 1
-
-
-class Data:
-    """The digits as 28×28 images (MNIST's normalisation) and as 8 rows of 8, their labels, and a generator."""
-
-    MEAN, STD = 0.1307, 0.3081  # MNIST's pixel mean and std, as the examples normalise
-
-    def __init__(self, seed: int) -> None:
-        from sklearn.datasets import load_digits
-
-        digits = load_digits()
-        self.flat = torch.tensor(digits.data, dtype=torch.float32) / 16.0
-        self.raw = torch.tensor(digits.data, dtype=torch.float32)
-        self.img = (F.interpolate(self.flat.view(-1, 1, 8, 8), size=(28, 28), mode="bilinear",
-                                  align_corners=False) - self.MEAN) / self.STD
-        self.y = torch.tensor(digits.target)
-        self.g = torch.Generator().manual_seed(seed)
-
-    def pixels(self) -> torch.Tensor:
-        """The images back on the pixel scale, 0 to 1."""
-        return self.img * self.STD + self.MEAN
-
-    def batch(self, n: int = 64) -> torch.Tensor:
-        return torch.randint(0, len(self.y), (n,), generator=self.g)
-
-
-def _update(opt: torch.optim.Optimizer, loss: Callable[[], torch.Tensor], clip: float | None = None) -> float:
-    """One optimizer step on ``loss()``; its value."""
-    opt.zero_grad()
-    out = loss()
-    out.backward()
-    if clip is not None:
-        nn.utils.clip_grad_norm_([p for group in opt.param_groups for p in group["params"]], clip)
-    opt.step()
-    return out.item()
+__all__ = ["PROGRAMS", "Data", "Program", "late_loss", "train"]
 
 
 def _classify(model: nn.Module, opt: torch.optim.Optimizer, d: Data, x: torch.Tensor,
               loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.cross_entropy) -> Step:
     def step() -> float:
         i = d.batch()
-        return _update(opt, lambda: loss(model(x[i]), d.y[i]))
+        return update(opt, lambda: loss(model(x[i]), d.y[i]))
     return step
 
 
@@ -188,7 +141,7 @@ def conv_autoencoder(d: Data) -> Program:
 
     def step() -> float:
         x = d.img[d.batch()]
-        return _update(opt, lambda: F.mse_loss(model(x), x))
+        return update(opt, lambda: F.mse_loss(model(x), x))
     return Program(model, opt, step, 300)
 
 
@@ -215,7 +168,7 @@ def vae(d: Data) -> Program:
 
     def step() -> float:
         x = pixels[d.batch(128)]
-        return _update(opt, lambda: loss(x)) / len(x)
+        return update(opt, lambda: loss(x)) / len(x)
     return Program(model, opt, step, 300)
 
 
@@ -242,7 +195,7 @@ def siamese(d: Data) -> Program:
         for j in torch.nonzero(same).flatten().tolist():
             pool = by_class[int(d.y[a[j]])]
             b[j] = pool[torch.randint(0, len(pool), (1,), generator=d.g)]
-        return _update(opt, lambda: F.binary_cross_entropy(model(d.img[a], d.img[b]), (d.y[a] == d.y[b]).float()))
+        return update(opt, lambda: F.binary_cross_entropy(model(d.img[a], d.img[b]), (d.y[a] == d.y[b]).float()))
     return Program(model, opt, step, 200)
 
 
@@ -259,7 +212,7 @@ def tabular_bn(d: Data) -> Program:
 
     def step() -> float:
         i = torch.randint(0, len(y), (32,), generator=d.g)
-        return _update(opt, lambda: F.binary_cross_entropy_with_logits(model(x[i]).squeeze(1), y[i]))
+        return update(opt, lambda: F.binary_cross_entropy_with_logits(model(x[i]).squeeze(1), y[i]))
     return Program(model, opt, step, 300)
 
 
@@ -286,7 +239,7 @@ def lstm_sines(d: Data) -> Program:
 
     def step() -> float:
         x = torch.sin((t + torch.randint(-40, 40, (32, 1), generator=d.g).float()) / 20.0)
-        return _update(opt, lambda: F.mse_loss(model(x[:, :-1]), x[:, 1:]))
+        return update(opt, lambda: F.mse_loss(model(x[:, :-1]), x[:, 1:]))
     return Program(model, opt, step, 200)
 
 
@@ -311,14 +264,14 @@ def char_gru(d: Data) -> Program:
     def step() -> float:
         starts = torch.randint(0, len(ids) - 65, (32,), generator=d.g).tolist()
         b = torch.stack([ids[k:k + 65] for k in starts])
-        return _update(opt, lambda: F.cross_entropy(model(b[:, :-1]).reshape(-1, len(vocab)), b[:, 1:].reshape(-1)),
+        return update(opt, lambda: F.cross_entropy(model(b[:, :-1]).reshape(-1, len(vocab)), b[:, 1:].reshape(-1)),
                        clip=5.0)
     return Program(model, opt, step, 300)
 
 
 PROGRAMS: dict[str, Callable[[Data], Program]] = {f.__name__: f for f in (
     mnist_adadelta, lenet_tanh, mlp_sgd, logreg_raw, resnet_bn, transformer_rows, mnist_rnn, conv_autoencoder, vae,
-    siamese, tabular_bn, lstm_sines, char_gru)}
+    siamese, tabular_bn, lstm_sines, char_gru, switch_lm, mixtral_rows)}
 
 
 def train(name: str, seed: int, run_dir: Path,
@@ -332,9 +285,11 @@ def train(name: str, seed: int, run_dir: Path,
         inject(d, p)
     losses = []
     with debugtune.attach(p.model, p.opt, run_dir) as probe:
+        if p.watch is not None:
+            p.watch(probe)
         for i in range(p.steps):
             losses.append(p.step())
-            probe.log(loss=losses[-1])
+            probe.log(None, **{"loss": losses[-1], **(p.metrics() if p.metrics is not None else {})})
             if p.sched is not None and (i + 1) % p.sched_every == 0:
                 p.sched.step()
     return losses, diagnose(run_dir)

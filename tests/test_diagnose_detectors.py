@@ -406,6 +406,25 @@ def test_balance_loss_negligible_only_without_a_balancing_term(tmp_path, th, rng
     assert "BalanceLossNegligible" not in d.judged
 
 
+@pytest.mark.parametrize("moe, found", [
+    ({"aux_loss_coeff": 0.0, "aux_loss_coeff_from": "config.moe_aux_loss_coeff"}, True),  # Megatron's default
+    ({"load_balancing": "none", "aux_loss_coeff": 0.01}, True),
+    ({"aux_loss_coeff": 0.01}, False),
+    ({"aux_loss_coeff": 0.0, "expert_bias": True}, None),  # DeepSeek-V3's bias balancing: not judged
+    ({}, None)])
+def test_the_balancing_term_read_from_the_runs_configuration(tmp_path, th, rng, moe, found):
+    """With no balancing term logged, run.json's ``moe`` section (a Megatron argument dump, the transformers
+    callback's record of the forward's aux_loss) says whether the router gets a balancing gradient."""
+    d = run_and_diagnose(tmp_path, th, {0: moe_rows(rng)}, meta={"moe": moe})
+    judged = [f for f in d.findings if f.detector == "moe.balance_config"]
+    if found is None:
+        assert not judged and "BalanceLossNegligible" not in symptoms(d)
+        return
+    assert bool(judged) is found
+    if found:
+        assert judged[0].severity == 1.0 and judged[0].evidence["configured"]
+
+
 def test_a_balancing_term_negligible_in_itself_once_the_loss_has_fallen(tmp_path, th, rng):
     """A classifier's loss falls a hundredfold: a coefficient of 1e-4 is then a large share of it, yet the term
     (coefficient times a balance loss of about 1) still bounds the coefficient far below the 1e-3 in common use."""

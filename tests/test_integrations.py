@@ -112,6 +112,40 @@ def test_hf_callback_watches_mixtral_routers(tmp_path):
     assert read_run_json(tmp_path / "run")["probe"]["routers"] == [r.name for r in cb.session.watched]
 
 
+@pytest.mark.parametrize("router_logits", [None, True])
+def test_hf_callback_records_whether_a_mixtral_trains_with_a_balancing_term(tmp_path, router_logits):
+    """transformers' MoE configs default to ``output_router_logits=False``, and the Trainer then trains with no
+    balancing term at all: the callback records the coefficient the training really used (0 when the forward
+    returned no aux_loss), which the diagnosis reads as the balancing term switched off."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import torch
+
+    from debugtune.integrations.hf import DebugtuneCallback
+
+    torch.manual_seed(0)
+    extra = {} if router_logits is None else {"output_router_logits": True, "router_aux_loss_coef": 0.02}
+    config = transformers.MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, num_key_value_heads=1, num_local_experts=4,
+                                        num_experts_per_tok=2, max_position_embeddings=32, **extra)
+    counting = (torch.randint(0, 64, (64, 1)) + torch.arange(8)) % 64  # each token the last plus one: learnable
+    data = [{"input_ids": x, "labels": x} for x in counting]
+    args = transformers.TrainingArguments(str(tmp_path / "out"), max_steps=30, per_device_train_batch_size=2,
+                                          logging_steps=5, report_to=[], use_cpu=True, save_strategy="no",
+                                          disable_tqdm=True)
+    cb = DebugtuneCallback(tmp_path / "run", hardware=False, diagnose=True)
+    transformers.Trainer(model=transformers.MixtralForCausalLM(config), args=args, train_dataset=data,
+                         callbacks=[cb]).train()
+    moe = read_run_json(tmp_path / "run")["moe"]
+    found = [f for f in cb.report.findings if f.detector == "moe.balance_config"]
+    if router_logits is None:
+        assert moe["aux_loss_coeff"] == 0.0 and "returned no aux_loss" in moe["aux_loss_coeff_from"]
+        assert found and found[0].symptom == "BalanceLossNegligible"
+        assert cb.report.hypotheses and cb.report.hypotheses[0].cause == "AuxLossDisabled"
+    else:
+        assert moe == {"aux_loss_coeff": 0.02, "aux_loss_coeff_from": "config.router_aux_loss_coef"} and not found
+
+
 def test_named_router_errors(tmp_path):
     torch = pytest.importorskip("torch")
     from debugtune.integrations.routers import named_routers

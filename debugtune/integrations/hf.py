@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
+from debugtune.integrations.routers import balance_setting
 from debugtune.integrations.session import Routers, SessionCallback, distributed_barrier, module_size
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class DebugtuneCallback(TrainerCallback, SessionCallback):
                            attach_options=attach_options)
         self._loss: Any = None
         self._micro = 0
+        self._aux_seen = False
+        self._model: Any = None
         self._per_step_loss = False
         self._handle: Any = None
 
@@ -58,6 +61,7 @@ class DebugtuneCallback(TrainerCallback, SessionCallback):
                 "trainer": {k: getattr(args, k) for k in _ARGS if isinstance(getattr(args, k, None),
                                                                              int | float | str | bool)}}
         self.session.start(model, optimizer, rank=int(args.process_index), meta=meta)
+        self._model = model
         self._handle = model.register_forward_hook(partial(_capture_loss, self))
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -81,14 +85,19 @@ class DebugtuneCallback(TrainerCallback, SessionCallback):
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+        if self.session.watched and self.session.active and (moe := balance_setting(self._model, self._aux_seen)):
+            self.session.probe.set_meta(moe=moe)  # type: ignore[union-attr]
         self.session.finish(is_zero=bool(state.is_world_process_zero), barrier=distributed_barrier)
 
 
 def _capture_loss(cb: DebugtuneCallback, module: Any, inputs: Any, output: Any) -> None:
-    """Forward hook: add up the loss of each training micro-batch on the device (one host copy per step)."""
+    """Forward hook: add up the loss of each training micro-batch on the device (one host copy per step), and
+    note whether the model returned a balancing term (an MoE's ``aux_loss``)."""
     if not module.training:
         return
-    loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+    get = output.get if isinstance(output, dict) else partial(getattr, output)
+    cb._aux_seen = cb._aux_seen or get("aux_loss", None) is not None
+    loss = get("loss", None)
     if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
         return
     value = loss.detach().float()

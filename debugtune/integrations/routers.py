@@ -83,3 +83,25 @@ def named_routers(model: Any, names: Iterable[str] | Mapping[str, tuple[int, int
                              f"give them as routers={{{name!r}: (num_experts, top_k)}}")
         out.append(Router(name, module, int(n), int(k)))
     return out
+
+
+# transformers' MoE configs (Mixtral, Qwen2-MoE, OLMoE, Jamba, Switch, NLLB-MoE) and Megatron-core's config
+_AUX_COEF = ("router_aux_loss_coef", "moe_aux_loss_coeff")
+
+
+def balance_setting(model: Any, term_seen: bool) -> dict[str, Any]:
+    """The balancing coefficient a training of ``model`` used, for run.json's ``moe`` section: the config's
+    coefficient where the training forward returned a balancing term (``output.aux_loss``), 0 where it returned
+    none (transformers computes the term only with ``output_router_logits=True``, which its MoE configs default
+    to False, so ``Trainer`` trains them with no balancing at all); empty for a config without a coefficient."""
+    config = getattr(model, "config", None)
+    name = next((n for n in _AUX_COEF if isinstance(getattr(config, n, None), int | float)
+                 and not isinstance(getattr(config, n), bool)), None)
+    if name is None:
+        return {}
+    coef = float(getattr(config, name))
+    if term_seen:
+        return {"aux_loss_coeff": coef, "aux_loss_coeff_from": f"config.{name}"}
+    return {"aux_loss_coeff": 0.0, "aux_loss_coeff_from": (
+        f"the training forward returned no aux_loss (config.output_router_logits "
+        f"{getattr(config, 'output_router_logits', None)}; config.{name} {coef:g} unused)")}

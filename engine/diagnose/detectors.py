@@ -151,6 +151,8 @@ DETECTORS: tuple[Detector, ...] = (
              ("moe.router_init.*",), wiring.router_init, signature_of=("GateInitBias",)),
     Detector("moe.balance_loss", "BalanceLossNegligible", C, (("aux_loss",), ("loss",)),
              (*_MOE, "moe.balance_loss.*"), moe.balance_loss, signature_of=("AuxLossDisabled",)),
+    Detector("moe.balance_config", "BalanceLossNegligible", C, (("expert_tokens", "loss"),), (*_MIN,),
+             moe.balance_config),
     # -- communication -------------------------------------------------------------------------------
     Detector("communication.slow_rank", "SlowRank", M,
              (("collective_ms", "comm_ms", "compute_ms", "step_time_ms", "free_ms"),),

@@ -234,13 +234,45 @@ def balance_loss(ctx: Context, data: object, out: Emit) -> None:
         "moe.balance_loss", start + persist - 1), (steps, share))
 
 
+def balance_config(ctx: Context, data: object, out: Emit) -> None:
+    """The balancing term off in the run's own configuration (run.json ``moe``): a coefficient of 0 (Megatron's
+    ``moe_aux_loss_coeff`` default, which its router treats as disabled; a transformers MoE trained without
+    ``output_router_logits``, recorded as 0 by the Trainer callback) or a load-balancing type of ``none``, with
+    no expert bias balancing the load instead (DeepSeek-V3's auxiliary-loss-free routing). A fact about the
+    set-up, read whether or not the loss term is logged."""
+    moe = ctx.meta.get("moe") or {}
+    raw, kind = moe.get("aux_loss_coeff"), str(moe.get("load_balancing") or "").lower()
+    coef = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+    if coef is None and kind != "none":
+        raise NotJudged("run.json records no balancing coefficient (moe.aux_loss_coeff)")
+    if moe.get("expert_bias") is True or kind == "sinkhorn":
+        raise NotJudged("the load is balanced by an expert bias or Sinkhorn routing, not a loss term")
+    if kind != "none" and coef is not None and coef > 0:
+        return
+    metric = next((m for m in ("loss", "expert_tokens") if ctx.view.has(m)), None)
+    if metric is None:
+        raise NotJudged("no series recorded to place the finding")
+    steps = ctx.view.series(metric)[0] if metric == "loss" else ctx.view.by_entity(metric).steps
+    need_steps(ctx, steps, metric)
+    out.add(make_finding(
+        "BalanceLossNegligible", DIM, "", steps, 0, steps.size - 1, 1.0,
+        {"aux_loss_coeff": coef, "load_balancing": kind or None,
+         "configured": str(moe.get("aux_loss_coeff_from") or "run.json moe section")},
+        "moe.balance_config", 0), None)
+
+
 def _coefficient_bound(ctx: Context, steps: np.ndarray, bound: np.ndarray, persist: int, out: Emit) -> None:
     """``bound``: loss / raw balance loss per step, an upper bound of the balancing coefficient; the finding where it
     stays below ``moe.balance_loss.min_coeff`` (the bound is tightest once the task loss has fallen: its median
-    over the steps from the onset is the evidence)."""
+    over the steps from the onset is the evidence). A bound that never falls below that value says nothing about
+    the coefficient (0 and 1e-2 fit it alike): not judged, rather than judged absent."""
     th = ctx.th
     least = th["moe.balance_loss.min_coeff"]
     mask = np.nan_to_num(bound, nan=np.inf) < least
+    if not mask.any():
+        raise NotJudged(f"aux_loss is the raw balance loss and the loss bounds the coefficient only at "
+                        f"{float(np.nanmin(bound)):.3g} or more: the coefficient is unknown (log the term as added "
+                        f"to the loss, or give run.json moe.aux_loss_coeff)")
     start = first_run(mask, persist)
     if start is None or mask[start:].mean() < th["moe.persist_frac"]:
         return

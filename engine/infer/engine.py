@@ -110,7 +110,7 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float,
 
 def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
          edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
-         from_run_start: bool = True) -> Ranking:
+         from_run_start: bool = True, recorded: frozenset[str] = frozenset()) -> Ranking:
     """Score the candidates against the findings; build the hypotheses the knowledge base lets us report.
 
     Whether a cause applies is decided on what the run could judge before a breakdown hid it: a NaN leaves later
@@ -168,7 +168,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     open_ = None
     if causal and (not hyps or close):
         open_ = undetermined(causal, shown, judged, floor=th["infer.list_threshold"],
-                             spread_min=th["infer.decider_spread"])
+                             spread_min=th["infer.decider_spread"], recorded=recorded)
     return Ranking(order, conf, hyps, cands, advice, open_, spec)
 
 
@@ -188,7 +188,7 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     t0 = time.perf_counter()
     model = model or load_model(store)
     ranking = rank(model, candidates, diagnosis.findings, diagnosis.judged, diagnosis.edges, th, diagnosis.steps,
-                   diagnosis.meta.get("from_run_start") is not False)
+                   diagnosis.meta.get("from_run_start") is not False, diagnosis.recorded)
     timing["infer.score"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)

@@ -2,7 +2,9 @@
 
 For the leading candidates, every symptom the run could not judge is ranked by how differently the candidates
 predict it (P(symptom | cause) from their links and calibration profiles); for each such symptom the registered
-detectors say which metrics would let the next run judge it.
+detectors say which metrics would let the next run judge it, leaving out those this run recorded. Where it
+recorded them all and the symptom was still not judged (a balancing loss logged raw, which bounds its coefficient
+only loosely), recording more is not the answer, and the sentence says so.
 """
 
 from __future__ import annotations
@@ -20,12 +22,18 @@ class Decider:
     """A symptom this run did not judge whose presence would favour one candidate over another."""
 
     symptom: str
-    metrics: tuple[str, ...]          # record one of these (every group of a detector that judges it)
+    metrics: tuple[str, ...]          # record one of these (of the metrics its detectors read, those not recorded)
     probabilities: dict[str, float]   # candidate → P(symptom | candidate)
 
     def as_dict(self) -> dict[str, Any]:
         return {"symptom": self.symptom, "record": list(self.metrics),
                 "probabilities": {k: round(v, 3) for k, v in self.probabilities.items()}}
+
+    def clause(self) -> str:
+        if self.metrics:
+            return f"recording {' or '.join(self.metrics)} (to judge {self.symptom}) would tell them apart"
+        return (f"judging {self.symptom} would tell them apart, and this run recorded what its detectors read "
+                f"without settling it (the notes say why)")
 
 
 @dataclass(frozen=True)
@@ -43,15 +51,15 @@ class Undetermined:
         names = " or ".join(f"{c} ({p:.2f})" for c, p in self.candidates)
         if not self.deciders:
             return f"undetermined between {names}; nothing this probe can record would tell them apart"
-        first = self.deciders[0]
-        return (f"undetermined between {names}; recording {' or '.join(first.metrics)} (to judge "
-                f"{first.symptom}) would tell them apart")
+        return f"undetermined between {names}; {self.deciders[0].clause()}"
 
 
 def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float], judged: set[str], *,
-                 floor: float, spread_min: float, top: int = 3, deciders: int = 3) -> Undetermined | None:
+                 floor: float, spread_min: float, top: int = 3, deciders: int = 3,
+                 recorded: frozenset[str] = frozenset()) -> Undetermined | None:
     """The ``top`` candidates above ``floor`` and the unjudged symptoms whose probability under them differs by
-    at least ``spread_min`` (``infer.list_threshold`` and ``infer.decider_spread`` in the knowledge base)."""
+    at least ``spread_min`` (``infer.list_threshold`` and ``infer.decider_spread`` in the knowledge base);
+    ``recorded``: the metrics the run recorded, which no decider asks for again."""
     lead = [s for s in sorted(scores, key=lambda s: -confidences.get(s.cause, 0.0))
             if confidences.get(s.cause, 0.0) >= floor][:top]
     if not lead:
@@ -64,6 +72,6 @@ def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float],
             metrics = metrics_for(sym)
             spread = max(p.values()) - min(p.values())
             if metrics and spread >= spread_min:
-                ranked.append((spread, Decider(sym, metrics, p)))
+                ranked.append((spread, Decider(sym, tuple(m for m in metrics if m not in recorded), p)))
     ranked.sort(key=lambda x: -x[0])
     return Undetermined([(s.cause, confidences[s.cause]) for s in lead], [d for _, d in ranked[:deciders]])

@@ -40,7 +40,8 @@ _MOE = {"num_experts": "num_experts", "top_k": "moe_router_topk", "router_score_
         "token_dispatcher": "moe_token_dispatcher_type", "layer_freq": "moe_layer_freq",
         "grouped_gemm": "moe_grouped_gemm", "shared_expert_size": "moe_shared_expert_intermediate_size",
         "ffn_hidden_size": "moe_ffn_hidden_size", "router_dtype": "moe_router_dtype",
-        "router_bias_update_rate": "moe_router_bias_update_rate", "per_layer_logging": "moe_per_layer_logging"}
+        "router_bias_update_rate": "moe_router_bias_update_rate", "expert_bias": "moe_router_enable_expert_bias",
+        "per_layer_logging": "moe_per_layer_logging"}
 _SCHEDULE = {"optimizer": "optimizer", "lr": "lr", "min_lr": "min_lr", "lr_decay_style": "lr_decay_style",
              "lr_warmup_iters": "lr_warmup_iters", "lr_warmup_fraction": "lr_warmup_fraction",
              "lr_decay_iters": "lr_decay_iters", "train_iters": "train_iters", "global_batch_size": "global_batch_size",

@@ -98,3 +98,26 @@ def test_report_of_a_megatron_moe_log(moe_run):
     assert "period 16 steps" in page.html  # the band's label on the loss plot
     assert '"name":"load-balancing loss"' in page.html and '"name":"router z-loss"' in page.html
     assert '"name":"gradient norm"' in page.html
+
+
+def test_a_megatron_moe_log_with_the_default_balancing_coefficient(tmp_path, monkeypatch):
+    """Megatron's ``moe_aux_loss_coeff`` defaults to 0, which its router treats as no balancing: read from the
+    argument dump, it is the balancing term switched off (moe.balance_config), logged balancing loss or not. With
+    the expert bias on (DeepSeek-V3's auxiliary-loss-free balancing) it is not judged."""
+    import megatron_log_sample
+
+    import debugtune
+
+    for bias, found in ((False, True), (True, False)):
+        args = {**megatron_log_sample.ARGS, "moe_aux_loss_coeff": 0.0, "moe_router_enable_expert_bias": bias}
+        monkeypatch.setattr(megatron_log_sample, "ARGS", args)
+        log = tmp_path / f"bias-{bias}" / "train.log"
+        log.parent.mkdir()
+        log.write_text(megatron_log_sample.megatron_moe_log())
+        import_path(log, log.parent / "run")
+        assert read_run_json(log.parent / "run")["moe"].get("expert_bias", False) is bias  # False is left out
+        report = debugtune.diagnose(log.parent / "run", save=False)
+        config = [f for f in report.findings if f.detector == "moe.balance_config"]
+        assert bool(config) is found
+        if found:
+            assert config[0].symptom == "BalanceLossNegligible" and config[0].evidence["aux_loss_coeff"] == 0.0

@@ -132,18 +132,21 @@ def _moe(p: Program) -> SparseMoE | None:
     return next((m for m in p.model.modules() if isinstance(m, SparseMoE)), None)
 
 
-def _aux_off(d: Data, p: Program) -> None:
+def _the_moe(p: Program) -> SparseMoE:
     moe = _moe(p)
-    assert moe is not None
-    moe.aux_coeff = 0.0
+    if moe is None:
+        raise ValueError("an MoE fault in a program without an MoE layer")
+    return moe
+
+
+def _aux_off(d: Data, p: Program) -> None:
+    _the_moe(p).aux_coeff = 0.0
 
 
 def _gate_std_1(d: Data, p: Program) -> None:
     """The router initialised with ``nn.init.normal_`` at its default std of 1 (Switch cut its scale to 0.1)."""
-    moe = _moe(p)
-    assert moe is not None
     with torch.no_grad():
-        nn.init.normal_(moe.gate.weight)
+        nn.init.normal_(_the_moe(p).gate.weight)
 
 
 @dataclass(frozen=True)

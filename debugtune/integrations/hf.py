@@ -95,11 +95,15 @@ def _capture_loss(cb: DebugtuneCallback, module: Any, inputs: Any, output: Any) 
     note whether the model returned a balancing term (an MoE's ``aux_loss``)."""
     if not module.training:
         return
-    get = output.get if isinstance(output, dict) else partial(getattr, output)
-    cb._aux_seen = cb._aux_seen or get("aux_loss", None) is not None
-    loss = get("loss", None)
+    cb._aux_seen = cb._aux_seen or _field(output, "aux_loss") is not None
+    loss = _field(output, "loss")
     if loss is None or not hasattr(loss, "detach") or loss.numel() != 1:
         return
     value = loss.detach().float()
     cb._loss = value if cb._loss is None else cb._loss + value
     cb._micro += 1
+
+
+def _field(output: Any, name: str) -> Any:
+    """A field of a model output (a ``ModelOutput`` is a dict; a plain object has attributes)."""
+    return output.get(name) if isinstance(output, dict) else getattr(output, name, None)

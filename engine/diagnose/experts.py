@@ -247,7 +247,7 @@ def balance_config(ctx: Context, data: object, out: Emit) -> None:
         raise NotJudged("run.json records no balancing coefficient (moe.aux_loss_coeff)")
     if moe.get("expert_bias") is True or kind == "sinkhorn":
         raise NotJudged("the load is balanced by an expert bias or Sinkhorn routing, not a loss term")
-    if kind != "none" and coef is not None and coef > 0:
+    if not (kind == "none" or (coef is not None and coef <= 0)):
         return
     metric = next((m for m in ("loss", "expert_tokens") if ctx.view.has(m)), None)
     if metric is None:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from debugtune.engine.capture.frozen_init import KEYS as FROZEN_INIT_KEYS
-from debugtune.engine.capture.frozen_init import frozen_init
+from debugtune.engine.capture.frozen_init import frozen_init, normal_stds
 from debugtune.engine.capture.hooks_activations import ActivationStats, activation_modules
 from debugtune.engine.capture.hooks_comm import CollectiveTimer
 from debugtune.engine.capture.hooks_router import RouterWatch
@@ -188,7 +188,7 @@ class Probe:
         if not lay.frozen:
             return {}
         try:
-            out = frozen_init(lay.names, lay.params, lay.frozen, th)
+            out = frozen_init(lay.names, lay.params, lay.frozen, th, normal_stds(self._model, th))
         except Exception as exc:  # noqa: BLE001 — a test that fails disables itself, never the training
             self.errors.add("frozen_init", exc)
             return {}

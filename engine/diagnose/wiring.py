@@ -313,9 +313,9 @@ def frozen_by_flag(ctx: Context, data: object, out: Emit) -> None:
 
 def frozen_untrained(ctx: Context, data: object, out: Emit) -> None:
     """Most of the model is frozen and the frozen weights are still as their constructors drew them (uniform on a
-    symmetric interval, engine.capture.frozen_init): a readout over random features, where a frozen body should be
-    a pretrained one. Half or more of the frozen tensors the probe could test must read so; a body frozen after
-    training, or drawn from a normal law, is not claimed."""
+    symmetric interval, or normal at a constructor's std: engine.capture.frozen_init): a readout over random
+    features, where a frozen body should be a pretrained one. Half or more of the frozen tensors the probe could
+    test must read so; a body frozen after training is not claimed."""
     params, frozen, total = _frozen_share(ctx)
     if frozen == 0 or frozen / max(total, 1) < ctx.th["gradient.frozen.param_share"]:
         return  # nothing frozen, or a small part (an adapter recipe): nothing a frozen body says

@@ -309,3 +309,22 @@ def test_hidden_sigmoids_with_a_loss_still_falling_name_saturating_activations(m
     assert r.hypotheses[0].cause == "SaturatingActivations"
     assert r.specificity["SaturatingActivations"].harm == ("SlowConvergence",)
     assert top(model, th, [sigmoids], judged).hypotheses == []
+
+
+def test_a_deciding_cause_the_posterior_rules_out_is_not_listed_first(model, th):
+    """Raw inputs at 16× into a multi-label MLP: the first layer's ReLUs die and its update is zero, which is
+    FrozenParameters' specific evidence, while everything else in the run (the input scale, the blow-up, the
+    exploding gradients) says unnormalised inputs. Precedence orders what the report lists; a cause whose
+    posterior is under the listing threshold is not shown first at 0.00 (as it was, ahead of the cause at 0.60)."""
+    findings = [f("InputScaleAbnormal", onset=0, severity=1.0, dimension="input"),
+                f("GradientExplosion", onset=0, end=3, severity=0.9, dimension="gradient"),
+                f("UpdateRatioTooHigh", onset=0, severity=0.9, dimension="gradient"),
+                f("EarlyLossBlowup", onset=1, end=20, severity=1.0),
+                f("GradientVanishing", "body.0", onset=5, severity=1.0, dimension="gradient"),
+                f("ZeroUpdate", "body.0", onset=10, severity=1.0, dimension="gradient"),
+                f("DeadUnits", "body.1", onset=30, severity=1.0, dimension="activation")]
+    r = top(model, th, findings, DENSE | {"DeadUnits", "EarlyLossBlowup"})
+    assert r.specificity["FrozenParameters"].decides  # the zero update is its own evidence ...
+    assert r.confidences["FrozenParameters"] < th["infer.list_threshold"]  # ... which the rest of the run rules out
+    assert r.hypotheses and r.hypotheses[0].cause == "UnnormalizedInputs"
+    assert all(r.confidences[h.cause] >= th["infer.list_threshold"] for h in r.hypotheses)

@@ -308,10 +308,12 @@ def answer(sc: Scored, temperature: float, th: Thresholds) -> Answer:
     order = lead_first([c for c in conf if c != UNKNOWN and c in sc.reportable], conf, sc.decides, sc.weak)
     causes: list[str] = []
     if order and max(conf[c] for c in order) >= th["infer.report_threshold"]:
-        listed = [c for i, c in enumerate(order) if i == 0 or conf[c] >= th["infer.list_threshold"]]
+        listed = [c for c in order if conf[c] >= th["infer.list_threshold"]]
         causes += listed[: th.as_int("infer.max_hypotheses")]
     truth = sc.sample.truth
-    best = next(iter(lead_first([c for c in conf if c in sc.reportable], conf, sc.decides, sc.weak)), None)
+    pool = [c for c in conf if c in sc.reportable]
+    pool = [c for c in pool if conf[c] >= th["infer.list_threshold"]] or pool
+    best = next(iter(lead_first(pool, conf, sc.decides, sc.weak)), None)
     return Answer(sc, tuple(causes), tuple(_shown(sc, c, conf[c], th) for c in causes),
                   conf.get(truth, 0.0) if truth else 0.0,
                   (_shown(sc, best, conf[best], th), best == truth) if truth and best is not None else None)

@@ -161,7 +161,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
         if not can_report[s.cause] and s.explained and conf[s.cause] >= th["infer.report_threshold"]:
             advice.append(hypothesis(s, len(advice) + 1))
     if causal and max(conf[s.cause] for s in causal) >= th["infer.report_threshold"]:
-        listed = [s for i, s in enumerate(causal) if i == 0 or conf[s.cause] >= th["infer.list_threshold"]]
+        # precedence orders what the report lists, it does not list: a deciding cause the posterior puts under
+        # the listing threshold (specific evidence the rest of the run contradicts) is not shown first at 0.00
+        listed = [s for s in causal if conf[s.cause] >= th["infer.list_threshold"]]
         for s in listed[: th.as_int("infer.max_hypotheses")]:
             hyps.append(hypothesis(s, len(hyps) + 1))
     close = len(hyps) >= 2 and conf[hyps[1].cause] >= th["infer.close_call"] * conf[hyps[0].cause]

@@ -35,7 +35,7 @@ def test_trained_normal_constant_and_small_tensors_do_not():
         F.mse_loss(layer(x), y).backward()
         opt.step()
     assert as_constructed(layer.weight, 1000, 0.05) is False
-    assert as_constructed(torch.randn(64, 64) * 0.02, 1000, 0.05) is False  # BERT's init is not claimed
+    assert as_constructed(torch.randn(64, 64) * 0.02, 1000, 0.05) is False  # a normal law only at a std given
     assert as_constructed(torch.ones(4096), 1000, 0.05) is None
     assert as_constructed(nn.Linear(8, 8).weight, 1000, 0.05) is None
 

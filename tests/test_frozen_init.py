@@ -130,3 +130,14 @@ def test_a_linear_probe_on_a_trained_body_is_not_frozen_at_initialisation(tmp_pa
     report = diagnose(tmp_path)
     assert "FrozenAtInitialisation" not in {f.symptom for f in report.findings}
     assert "FrozenParameters" not in [h.cause for h in report.hypotheses]
+
+
+def test_a_large_tensor_is_read_on_a_sample_with_the_same_verdict():
+    """A frozen tensor above the cap is read on an evenly strided sample, never copied whole; the verdicts agree."""
+    torch.manual_seed(0)
+    uniform = torch.empty(3000, 1000).uniform_(-0.1, 0.1)
+    normal = torch.randn(3000, 1000) * 0.02
+    trained = normal + 0.01 * torch.randn(3000, 1000) ** 3  # heavier tails at a moved std
+    for w, want in ((uniform, True), (normal, True), (trained, False)):
+        assert as_constructed(w, 1000, 0.05, [0.02], 0.6) is want
+        assert as_constructed(w, 1000, 0.05, [0.02], 0.6, max_elements=50_000) is want

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 MIN_ELEMENTS_KEY = "probe.frozen_init.min_elements"
+MAX_ELEMENTS_KEY = "probe.frozen_init.max_elements"
 BAND_KEY = "probe.frozen_init.band"
 KURTOSIS_KEY = "probe.frozen_init.kurtosis_band"
 NORMAL_STD_KEYS = ("probe.frozen_init.std_initializer_range", "probe.frozen_init.std_embedding")
@@ -36,13 +37,18 @@ KEYS = (MIN_ELEMENTS_KEY, BAND_KEY)
 
 
 def as_constructed(w: Any, min_elements: int, band: float, normal_stds: Iterable[float] = (),
-                   kurtosis_band: float | None = None) -> bool | None:
+                   kurtosis_band: float | None = None, max_elements: int | None = None) -> bool | None:
     """True where ``w`` is uniform on an interval symmetric about 0, or normal about 0 at one of ``normal_stds``
     (as a constructor leaves it; the normal law only with ``kurtosis_band``), False where it is not, None where it
-    cannot tell (too few values, constant, or not finite)."""
-    if w.numel() < min_elements or not w.dtype.is_floating_point:
+    cannot tell (too few values, constant, or not finite). A tensor of more than ``max_elements`` values is read
+    on an evenly strided sample of about that many: a large frozen embedding is never copied whole."""
+    n = w.numel()
+    if n < min_elements or not w.dtype.is_floating_point:
         return None
-    x = w.detach().double().flatten()
+    x = w.detach().reshape(-1)
+    if max_elements and n > max_elements:
+        x = x[:: n // max_elements]
+    x = x.double()
     std = float(x.std())
     if not math.isfinite(std) or std == 0.0:
         return None
@@ -73,10 +79,11 @@ def frozen_init(names: list[str], params: list[Any], frozen: list[int], th: Any,
     min_elements, band = th.get(MIN_ELEMENTS_KEY), th.get(BAND_KEY)
     if min_elements is None or band is None:
         return {}
-    kurtosis, stds = th.get(KURTOSIS_KEY), list(stds)
+    kurtosis, cap, stds = th.get(KURTOSIS_KEY), th.get(MAX_ELEMENTS_KEY), list(stds)
     judged, hits = 0, []
     for i in frozen:
-        verdict = as_constructed(params[i], int(min_elements), float(band), stds, kurtosis)
+        verdict = as_constructed(params[i], int(min_elements), float(band), stds, kurtosis,
+                                 int(cap) if cap else None)
         if verdict is None:
             continue
         judged += 1

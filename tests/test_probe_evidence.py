@@ -95,6 +95,21 @@ def test_init_gain_tells_a_bad_initialisation_apart(tmp_path, th):
     assert meta["probe"]["layer_kinds"] == {"0": "Linear", "2": "Linear", "4": "Linear"}
 
 
+def test_a_model_that_is_one_bare_layer_is_its_own_weight_layer(tmp_path, th):
+    """Softmax regression as ``nn.Linear`` itself: its init gain and forward statistics are read under its
+    weight's entity, so a weight scaled ×8 is InitWeightsTooLarge there as in any deeper model."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4)
+    with torch.no_grad():
+        model.weight.mul_(8.0)
+    tel = train(tmp_path / "x8", model, torch.optim.SGD(model.parameters(), lr=0.01), th, steps=10)
+    assert tel.series("init_gain", "weight")[1][0] == pytest.approx(8 / 3 ** 0.5, rel=0.15)
+    assert tel.series("act_out_std", "weight")[0].size > 0
+    found = diagnose_run(tmp_path / "x8", th, ["gradient"])
+    assert [f.evidence["first_layers_above"] for f in found.findings if f.symptom == "InitWeightsTooLarge"] == [
+        "weight"]
+
+
 def test_recurrent_init_gain_is_the_median_over_its_matrices_and_token_ids_write_no_input(tmp_path, th):
     class LM(torch.nn.Module):
         def __init__(self):

@@ -14,9 +14,9 @@
 - **Output gradient** (detail steps): which loss produced the gradient at the output
   (``output_loss_identity``, entity = the hypothesis, value = the share of gradient elements it explains;
   see ``loss_identity``), from a hook on the output tensor that reads its gradient and returns nothing; where
-  that loss is cross-entropy or BCE on logits, the labels it used against the model's predictions
-  (``output_label_kappa``, ``output_label_error_rank``; see ``label_agreement``); where it is a loss on
-  continuous targets, whether the output can reach them (``output_bound_push``, ``output_gated_frac``; see
+  that loss is cross-entropy or BCE on logits or NLL of (log-)probabilities, the labels it used against the
+  model's predictions (``output_label_kappa``, ``output_label_error_rank``; see ``label_agreement``); where it
+  is a loss on continuous targets, whether the output can reach them (``output_bound_push``, ``output_gated_frac``; see
   ``output_reach``).
 - **Weight layers** (detail steps, forward hooks): ``act_out_std`` of the output (the first tensor of a tuple
   output: LSTM, GRU, attention); ``act_in_dead_frac``, the fraction of input features (Linear: last dim;

@@ -5,8 +5,9 @@ training and evaluation mode (run.json ``probe.mode_dependent``).
 A weight layer is a module holding a parameter of two or more dimensions named ``weight`` (or ``weight_*`` /
 ``*_weight``: recurrent modules' ``weight_ih_l0`` / ``weight_hh_l0``, attention's ``in_proj_weight``), that is
 not an embedding (a lookup table, not a map of its input) nor a normalisation layer. Its entity is its module
-path, the probe's layer entity of those parameters. The root module is not a weight layer: its parameters'
-entities are their own names.
+path, the probe's layer entity of those parameters. A model that is one bare layer (``nn.Linear`` as softmax or
+linear regression: a root without children) is its own weight layer, under its weight parameter's entity
+(``weight``); any other root is not one, and its own parameters' entities are their names.
 
 ``init_norm_gain``: the median |gamma| of a normalisation layer's weight at attach. LayerNorm, RMSNorm,
 BatchNorm and GroupNorm start it at 1 in PyTorch and the frameworks built on it (zero for a residual branch's
@@ -45,7 +46,9 @@ def is_weight_layer(module: Any) -> bool:
 
 
 def weight_layers(model: Any) -> list[tuple[str, Any]]:
-    """(module path, module) of every weight layer, in registration order."""
+    """(module path, module) of every weight layer, in registration order (see the module docstring)."""
+    if next(iter(model.children()), None) is None and is_weight_layer(model):
+        return [(next(n for n, _ in model.named_parameters(recurse=False) if _is_weight_name(n)), model)]
     return [(name, m) for name, m in model.named_modules() if name and is_weight_layer(m)]
 
 

@@ -25,7 +25,14 @@ def label_errors(ctx: Context, data: object, out: Emit) -> None:
     still learning, is mostly the runner-up (rank 0). The agreement beyond chance must be clear first: the
     errors of a model that has learnt nothing are at random too. A model that memorises its wrong labels pulls
     them up the ranking (Arpit et al. 2017), so the finding fades as the training fits them; two classes leave
-    no ranking and are not judged."""
+    no ranking and are not judged.
+
+    A model that has learnt only a little contradicts its labels far from the runner-up too. What tells it
+    apart is calibration: the probe's ``output_label_error_rank_expected`` is the rank a label drawn from the
+    model's own probabilities over its other classes would have. A model trained on labels replaced at random
+    learns the noise and spreads its probability over the other classes as the labels do, so the two ranks
+    agree; a model still learning is flatter than its labels bear out, its expected rank well above theirs.
+    Such a model is not judged (``convergence.label_errors.calibration_tol``)."""
     th, view = ctx.th, ctx.view
     _, _, cut, agreement = late_median(ctx, "output_label_kappa", "convergence.label_errors.judge_from_frac")
     rs, rank = view.series("output_label_error_rank")  # absent (not judged): two classes, BCE, or no error
@@ -36,11 +43,13 @@ def label_errors(ctx: Context, data: object, out: Emit) -> None:
         return  # the model agrees with nearly every label of the second half: nothing contradicts it
     level = float(np.nanmedian(rank[errs]))
     limit = th["convergence.label_errors.rank"]
-    if not level >= limit:
-        return
+    es, exp = view.series("output_label_error_rank_expected")  # absent where an older probe recorded the run
+    honest = float(np.nanmedian(exp[es >= cut])) if np.any(es >= cut) else 0.0
+    if not (level >= limit and level >= honest - th["convergence.label_errors.calibration_tol"]):
+        return  # far less sure than its labels bear out: a model still learning, its errors a learner's
     first = int(np.searchsorted(rs, cut))
     out.add(make_finding(
         "LabelErrorsAtRandom", DIM, "", rs, first, rs.size - 1, severity(level, limit, 0.5),
-        {"error_rank": level, "kappa": agreement, "random_share_of_errors": min(1.0, 2.0 * level),
-         "threshold": limit, "steps_judged": int(errs.sum())},
+        {"error_rank": level, "error_rank_expected": honest, "kappa": agreement,
+         "random_share_of_errors": min(1.0, 2.0 * level), "threshold": limit, "steps_judged": int(errs.sum())},
         "convergence.label_errors", rs.size - 1), (rs, rank))

@@ -90,6 +90,8 @@ CONVERGENCE_METRICS = {
                           "model's predictions (detail steps)",
     "output_label_error_rank": "mean rank, scaled to [0, 1], of the label among the non-predicted classes on "
                                "rows it contradicts (detail steps)",
+    "output_label_error_rank_expected": "mean scaled rank a label drawn from the model's own probabilities over "
+                                        "its non-predicted classes would have, on the same rows (detail steps)",
     "output_bound_push": "share of the output gradient's mass pushing outputs at a bound of their range (0, or "
                          "0 and 1) past it, under a loss on continuous targets (detail steps)",
     "output_gated_frac": "share of negative outputs with an exactly zero gradient less that of positive ones, "
@@ -158,6 +160,12 @@ HARDWARE_METRICS = {
     "op_gap_median_us": "CPU-only traces: median gap between consecutive top-level operators of the training thread",
     "host_gap_ms": "CPU-only traces: time of the step the training thread spent outside any operator (Python)",
 }
+
+MOE_METRICS = frozenset({"router_grad_norm", "expert_tokens", "dropped_tokens", "aux_loss", "z_loss",
+                         "dropped_token_frac", "router_bias_spread", "router_weight_std", "router_logit_spread",
+                         "alltoall_bytes", "cross_cabinet_share"})
+"""Metrics only a mixture of experts records: its routers' counts and gradients, its balancing terms, its
+dispatch."""
 
 METRICS = {"gradient": GRADIENT_METRICS, "convergence": CONVERGENCE_METRICS,
            "communication": COMMUNICATION_METRICS, "hardware": HARDWARE_METRICS}

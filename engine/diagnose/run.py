@@ -19,6 +19,7 @@ from debugtune.engine.diagnose.detectors import DETECTORS
 from debugtune.engine.diagnose.errors import DiagnoseError
 from debugtune.engine.diagnose.frame import TelemetryView
 from debugtune.engine.diagnose.lazyview import Executor, LazyView, OutOfCore, local_executor
+from debugtune.engine.diagnose.model_kind import shows_experts
 from debugtune.engine.diagnose.registry import run_detectors
 from debugtune.engine.diagnose.thresholds import Thresholds
 from debugtune.engine.telemetry import TelemetryError, read_run_json, read_telemetry
@@ -47,6 +48,8 @@ class Diagnosis:
     catalog: Catalog | None = None
     recorded: frozenset[str] = frozenset()
     """The metric names the run recorded (what a next run would need beyond them is in the report's blind spots)."""
+    experts: bool | None = None
+    """Whether the model is a mixture of experts (``model_kind.shows_experts``; None: nothing says)."""
 
     @property
     def diagnosed(self) -> list[str]:
@@ -98,7 +101,7 @@ def diagnose_view(view: TelemetryView | LazyView, th: Thresholds, dimensions: It
     timing["correlation"] = time.perf_counter() - t0
     findings.sort(key=lambda f: (f.onset_step, f.id))
     return Diagnosis(view.run, view.meta, findings, edges, graph, judged, coverage, notes, timing, steps,
-                     recorded=frozenset(view.metrics))
+                     recorded=frozenset(view.metrics), experts=shows_experts(view.meta, view.metrics))
 
 
 ENGINES = ("auto", "memory", "duckdb", "ray")

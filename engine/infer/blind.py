@@ -14,6 +14,7 @@ from typing import Any
 
 from debugtune.engine.diagnose.detectors import DETECTORS
 from debugtune.engine.diagnose.thresholds import Thresholds
+from debugtune.engine.telemetry.schema import MOE_METRICS
 
 TRAINING_FLOWS = ("gradient", "convergence")
 """The flows whose symptoms say whether the model learns; communication and hardware are judged apart."""
@@ -27,6 +28,12 @@ def metrics_for(symptom: str) -> tuple[str, ...]:
             for group in det.requires:
                 out += [m for m in group if m not in out]
     return tuple(out)
+
+
+def moe_only(symptom: str) -> bool:
+    """Whether every detector of ``symptom`` needs a metric only a mixture of experts records."""
+    dets = [d for d in DETECTORS if d.symptom == symptom]
+    return bool(dets) and all(any(set(group) <= MOE_METRICS for group in d.requires) for d in dets)
 
 
 @dataclass(frozen=True)

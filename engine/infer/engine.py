@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from debugtune.engine.diagnose.run import Diagnosis
 from debugtune.engine.diagnose.thresholds import Thresholds
-from debugtune.engine.infer.blind import blind_spots
+from debugtune.engine.infer.blind import blind_spots, moe_only
 from debugtune.engine.infer.causal import (
     UNKNOWN,
     CauseScore,
@@ -110,7 +110,8 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float,
 
 def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
          edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
-         from_run_start: bool = True, recorded: frozenset[str] = frozenset()) -> Ranking:
+         from_run_start: bool = True, recorded: frozenset[str] = frozenset(),
+         experts: bool | None = None) -> Ranking:
     """Score the candidates against the findings; build the hypotheses the knowledge base lets us report.
 
     Whether a cause applies is decided on what the run could judge before a breakdown hid it: a NaN leaves later
@@ -169,8 +170,9 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     close = len(hyps) >= 2 and conf[hyps[1].cause] >= th["infer.close_call"] * conf[hyps[0].cause]
     open_ = None
     if causal and (not hyps or close):
+        moe = frozenset() if experts is not False else frozenset(s for s in model.symptoms if moe_only(s))
         open_ = undetermined(causal, shown, judged, floor=th["infer.list_threshold"],
-                             spread_min=th["infer.decider_spread"], recorded=recorded)
+                             spread_min=th["infer.decider_spread"], recorded=recorded, impossible=moe)
     return Ranking(order, conf, hyps, cands, advice, open_, spec)
 
 
@@ -190,7 +192,7 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
     t0 = time.perf_counter()
     model = model or load_model(store)
     ranking = rank(model, candidates, diagnosis.findings, diagnosis.judged, diagnosis.edges, th, diagnosis.steps,
-                   diagnosis.meta.get("from_run_start") is not False, diagnosis.recorded)
+                   diagnosis.meta.get("from_run_start") is not False, diagnosis.recorded, diagnosis.experts)
     timing["infer.score"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     replace_diagnosis(store, run_id, meta, diagnosis.findings, diagnosis.edges, ranking.hypotheses)

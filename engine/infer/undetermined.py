@@ -56,17 +56,19 @@ class Undetermined:
 
 def undetermined(scores: Sequence[CauseScore], confidences: Mapping[str, float], judged: set[str], *,
                  floor: float, spread_min: float, top: int = 3, deciders: int = 3,
-                 recorded: frozenset[str] = frozenset()) -> Undetermined | None:
+                 recorded: frozenset[str] = frozenset(), impossible: frozenset[str] = frozenset()
+                 ) -> Undetermined | None:
     """The ``top`` candidates above ``floor`` and the unjudged symptoms whose probability under them differs by
     at least ``spread_min`` (``infer.list_threshold`` and ``infer.decider_spread`` in the knowledge base);
-    ``recorded``: the metrics the run recorded, which no decider asks for again."""
+    ``recorded``: the metrics the run recorded, which no decider asks for again; ``impossible``: symptoms this
+    model cannot show (an MoE's, where it has no experts), which no decider asks for."""
     lead = [s for s in sorted(scores, key=lambda s: -confidences.get(s.cause, 0.0))
             if confidences.get(s.cause, 0.0) >= floor][:top]
     if not lead:
         return None
     ranked: list[tuple[float, Decider]] = []
     if len(lead) >= 2:
-        symptoms = {sym for s in lead for sym in s.activation} - judged
+        symptoms = {sym for s in lead for sym in s.activation} - judged - impossible
         for sym in symptoms:
             p = {s.cause: float(s.activation.get(sym, 0.0)) for s in lead}
             metrics = metrics_for(sym)

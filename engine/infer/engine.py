@@ -115,7 +115,8 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     """Score the candidates against the findings; build the hypotheses the knowledge base lets us report.
 
     Whether a cause applies is decided on what the run could judge before a breakdown hid it: a NaN leaves later
-    symptoms unjudged, but the run was one that could have shown them."""
+    symptoms unjudged, but the run was one that could have shown them. ``experts``: whether the model is a
+    mixture of experts (None: nothing says); a model known to have none is not asked for an MoE's metrics."""
     candidates = list(candidates)
     could_judge = set(judged)
     findings, judged = before_breakdown(findings, judged)

@@ -45,9 +45,12 @@ def as_constructed(w: Any, min_elements: int, band: float, normal_stds: Iterable
     n = w.numel()
     if n < min_elements or not w.dtype.is_floating_point:
         return None
-    x = w.detach().reshape(-1)
-    if max_elements and n > max_elements:
-        x = x[:: n // max_elements]
+    if max_elements and n > max_elements:  # torch.take indexes the logical layout: no copy of a strided tensor
+        import torch
+
+        x = torch.take(w.detach(), torch.arange(0, n, n // max_elements, device=w.device))
+    else:
+        x = w.detach().reshape(-1)
     x = x.double()
     std = float(x.std())
     if not math.isfinite(std) or std == 0.0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from debugtune.engine.diagnose.detectors import DETECTORS
@@ -30,6 +31,7 @@ def metrics_for(symptom: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+@cache
 def moe_only(symptom: str) -> bool:
     """Whether every detector of ``symptom`` needs a metric only a mixture of experts records."""
     dets = [d for d in DETECTORS if d.symptom == symptom]

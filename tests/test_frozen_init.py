@@ -141,3 +141,4 @@ def test_a_large_tensor_is_read_on_a_sample_with_the_same_verdict():
     for w, want in ((uniform, True), (normal, True), (trained, False)):
         assert as_constructed(w, 1000, 0.05, [0.02], 0.6) is want
         assert as_constructed(w, 1000, 0.05, [0.02], 0.6, max_elements=50_000) is want
+        assert as_constructed(w.t(), 1000, 0.05, [0.02], 0.6, max_elements=50_000) is want  # a strided view

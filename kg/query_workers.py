@@ -210,8 +210,8 @@ def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoi
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
         pass
-    try:  # a start that hangs says where before the server kills it: its Python stack, on the server's stderr
-        faulthandler.dump_traceback_later(START_S * 0.8, file=2)
+    try:  # a worker that crashes, or that the server aborts for a start that hangs, writes its Python stack on the
+        faulthandler.enable(file=2, all_threads=True)  # server's stderr before it dies
     except (OSError, ValueError, RuntimeError):
         pass
     for key, obj in shared.items():
@@ -219,7 +219,6 @@ def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoi
             _KEEP.append(_open_read_only(obj, checkpoints.get(key)))
     if no_network:
         deny_network()
-    faulthandler.cancel_dump_traceback_later()
     conn.send_bytes(_dumps(("ready", anon_rss()), {}))
     while True:
         if not conn.poll(1.0):
@@ -376,7 +375,11 @@ class QueryWorkers:
                     self._died(worker, value)
                 worker.inherited = value or worker.inherited
                 return worker
-            self._retire(worker)
+            try:  # SIGABRT, not SIGKILL: its fault handler writes where it waited, then it dies
+                os.kill(worker.pid, signal.SIGABRT)
+            except ProcessLookupError:
+                pass
+            self._retire(worker, grace_s=1.0)
             LOG.error("query worker %d stopped: it did not start within %g s (attempt %d of 2; where it waited: the "
                       "stack it wrote above)", worker.pid, START_S, attempt)
         raise WorkerError("crashed", f"no worker process started within {START_S:g} s, twice (see the server's log)")

@@ -110,3 +110,86 @@ def test_two_classes_are_not_judged(tmp_path, th):
     found = diagnose_run(tmp_path / "two", th, ["convergence"])
     assert "LabelErrorsAtRandom" not in found.judged
     assert any("LabelErrorsAtRandom" in n and "output_label_error_rank not recorded" in n for n in found.notes)
+
+
+def _accumulate(th, y, loss_fn, target):
+    """Identity and labels of one output read through ``LossIdentity`` (the layout it picks) with labels attached."""
+    from debugtune.engine.capture.loss_identity import LossIdentity
+
+    y = y.clone().requires_grad_()
+    loss_fn(y, target).backward()
+    labels = LabelAgreement(th["convergence.loss_identity.share"], int(th["probe.label_agreement_min_rows"]))
+    acc = LossIdentity(th["probe.loss_identity_tol"], int(th["probe.loss_identity_min_elements"]),
+                       int(th["probe.loss_identity_max_elements"]), labels)
+    acc.observe(y.detach(), y.grad)
+    names, share = acc.take()
+    return dict(zip(names, share, strict=True)), labels.take()
+
+
+def test_a_segmentation_map_is_read_with_its_classes_at_dim_1(th):
+    """cross_entropy on (N, C, H, W) normalises over C: the identity and the labels are read per pixel (before, the
+    last dimension was taken for the classes, no hypothesis fitted and the labels were never read)."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 5, 12, 12, generator=g) * 3
+    target = logits.argmax(dim=1)
+    swap = torch.rand(target.shape, generator=g) < 0.25  # a quarter of the pixels labelled with the least likely class
+    target[swap] = logits.argmin(dim=1)[swap]
+    shares, got = _accumulate(th, logits, F.cross_entropy, target)
+    assert shares["softmax_logits"] > 0.95
+    assert got is not None and got["output_label_error_rank"] == pytest.approx(1.0)
+    assert 0.6 < got["output_label_kappa"] < 0.8
+
+
+def test_a_sequence_model_keeps_its_classes_last(th):
+    """(N, T, V) logits flattened for the loss: the last dimension is the classes, and is kept."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 9, 30, generator=g) * 3
+    target = logits.argmax(dim=-1)
+    shares, got = _accumulate(th, logits, lambda y, t: F.cross_entropy(y.reshape(-1, 30), t.reshape(-1)), target)
+    assert shares["softmax_logits"] > 0.95
+    assert got is not None and got["output_label_kappa"] > 0.95
+
+
+class _Segmenter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.out = torch.nn.Conv2d(16, 3, 1)
+
+    def forward(self, x):
+        return self.out(F.relu(self.c2(F.relu(self.c1(x)))))
+
+
+def _shapes(g, n=16):
+    """Noisy 16x16 images of a bright rectangle (class 1) and a dimmer disc (class 2) on background 0."""
+    x, y = torch.zeros(n, 1, 16, 16), torch.zeros(n, 16, 16, dtype=torch.long)
+    rows, cols = torch.meshgrid(torch.arange(16), torch.arange(16), indexing="ij")
+    for i in range(n):
+        a, b, h, w = (int(v) for v in torch.cat([torch.randint(0, 10, (2,), generator=g),
+                                                  torch.randint(3, 7, (2,), generator=g)]))
+        x[i, 0, a:a + h, b:b + w], y[i, a:a + h, b:b + w] = 1.0, 1
+        c0, c1 = (int(v) for v in torch.randint(3, 13, (2,), generator=g))
+        disc = (rows - c0) ** 2 + (cols - c1) ** 2 <= 6.25
+        x[i, 0][disc], y[i][disc] = 0.6, 2
+    return x + 0.1 * torch.randn(x.shape, generator=g), y
+
+
+@pytest.mark.parametrize("noise, named", [(0.0, None), (0.5, "LabelNoise")], ids=["clean", "half the pixels"])
+def test_a_segmentation_network_with_pixel_labels_replaced_is_label_noise(tmp_path, th, noise, named):
+    """A small fully convolutional segmenter (per-pixel cross-entropy, Adam): half the pixel labels replaced at
+    random is named LabelNoise; the clean twin, which fits its maps, is named nothing."""
+    from debugtune.api import diagnose
+
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = _Segmenter()
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+
+    def data():
+        while True:
+            x, y = _shapes(g)
+            swap = torch.rand(y.shape, generator=g) < noise
+            yield x, torch.where(swap, torch.randint(0, 3, y.shape, generator=g), y)
+    train(tmp_path, model, opt, th, steps=300, data=data(), detail_every=10)
+    report = diagnose(tmp_path)
+    assert (report.hypotheses[0].cause if report.hypotheses else None) == named, report.summary()

@@ -97,3 +97,19 @@ def test_half_precision_and_too_few_elements_give_nothing(th):
     names, values = acc.take()
     assert names == sorted(HYPOTHESES) and max(values) > 0.9
     assert acc.take() is None  # taking resets
+
+
+@pytest.mark.parametrize("width", [1, K], ids=["one output", "ten outputs"])
+@pytest.mark.parametrize("loss", [F.l1_loss, F.smooth_l1_loss], ids=["L1", "Huber"])
+def test_a_regression_under_a_sign_only_loss_is_no_loss_with_hard_targets(th, loss, width):
+    """L1 (and Huber far from its target) has a gradient of one magnitude on every element. On one output column
+    a softmax is 1, and the positive elements all fell in the softmax hypotheses' window (a Huber regression on raw
+    inputs was named a squash before a loss on logits at 0.98); on any width the negative ones fell in NLL's. A
+    loss over a row's classes needs two classes, and NLL's gradient is on one element of its row."""
+    from debugtune.engine.capture.loss_identity import ROW_WISE
+
+    target = torch.full((N, width), 40.0)
+    got = shares(th, lambda o: loss(o, target), shape=(N, width))
+    if width == 1:
+        assert all(got[h] == 0 for h in ROW_WISE)
+    assert max(got.values()) < th["convergence.loss_identity.share"], got

@@ -24,23 +24,29 @@ gradients no ReLU hypothesis explains.
 | hypothesis | loss the gradient is exactly that of | ratio for g > 0 / g < 0 |
 |---|---|---|
 | sigmoid_logits | BCEWithLogits on the outputs | g / σ(y), −g / σ(−y) |
-| softmax_logits | cross-entropy on the outputs (softmax over the last dim) | g / s, −g / (1 − s), s = softmax(y) |
+| softmax_logits | cross-entropy on the outputs (softmax over the classes) | g / s, −g / (1 − s), s = softmax(y) |
 | bce_probs | BCE on outputs in [0, 1] | g·(1 − y), −g·y |
 | mse | squared error on outputs in [0, 1] with 0/1 targets | g / y, −g / (1 − y) |
-| nll_probs | NLL of log(y) (only the target has a gradient) | —, −g·y |
-| nll_logprobs | NLL of the outputs as log-probabilities (``log_softmax`` then ``NLLLoss``) | —, −g |
+| nll_probs | NLL of log(y) (only the target has a gradient) | —, −g·y (rows with one gradient) |
+| nll_logprobs | NLL of log-probabilities (``log_softmax`` then ``NLLLoss``) | —, −g (rows with one gradient) |
 | sigmoid_twice | a sigmoid, then BCEWithLogits (p = σ(y)) | g / (p(1−p)σ(p)), −g / (p(1−p)σ(−p)) |
 | relu_softmax | a ReLU, then cross-entropy (y > 0 only) | g / r, −g / (1 − r), r = softmax(relu(y)) |
 | sigmoid_softmax | a sigmoid, then cross-entropy | g / (p(1−p)s), −g / (p(1−p)(1 − s)), s = softmax(p) |
 | relu_sigmoid | a ReLU, then BCEWithLogits (y > 0 only) | g / σ(y), −g / σ(−y) |
 | softmax_twice | a softmax, then cross-entropy | g / ĝ, ĝ the gradient for the row's target guessed as argmin g/p |
 
+A row is the softmax's unit: the last dimension of the output, or for an output of three dimensions or more
+(a segmentation map ``(N, C, H, W)``, a 1-D convolution's ``(N, C, L)``) possibly dimension 1, which is where
+``cross_entropy`` normalises such an input. Both layouts are measured there, and the one whose best hypothesis
+explains the larger share of the gradient is the loss's: its rows go to the readers (labels, output reach).
+Before, a segmentation network's per-pixel loss matched no hypothesis and its labels were never read.
+
 The hook reads the gradient and returns nothing, so the gradient the training uses is untouched. Cost: the
 ratios on ``probe.loss_identity_max_elements`` elements in whole rows, at least 8 rows (every k-th row; a row
 is the softmax's unit), then at most that many elements per sign (every m-th) in one sort per hypothesis and
 sign, on detail steps only: 3–6 ms for a 10-class batch, 13 ms for 5,000 tokens, 0.1 s for 32,000 (one
-core). Float16/bfloat16 gradients are not measured: their rounding is wider than any window that would still
-separate the hypotheses.
+core; twice that for an output of three dimensions or more). Float16/bfloat16 gradients are not measured: their
+rounding is wider than any window that would still separate the hypotheses.
 """
 
 from __future__ import annotations
@@ -90,12 +96,18 @@ def _mse(y: Any, g: Any) -> Any:
     return _sign(g, g / y, -g / (1 - y))
 
 
+def _one_target(g: Any) -> Any:
+    """Elements whose row has a gradient at this one element only: NLL's shape (the target alone), never that of
+    an L1 or Huber loss, whose sign-only gradient is on every element of the row."""
+    return (g < 0) & ((g != 0).sum(dim=-1, keepdim=True) == 1)
+
+
 def _nll_probs(y: Any, g: Any) -> Any:
-    return _only(g < 0, -g * y)
+    return _only(_one_target(g), -g * y)
 
 
 def _nll_logprobs(y: Any, g: Any) -> Any:
-    return _only(g < 0, -g)
+    return _only(_one_target(g), -g)
 
 
 def _sigmoid_twice(y: Any, g: Any) -> Any:
@@ -137,6 +149,12 @@ HYPOTHESES: dict[str, Ratio] = {
     "relu_softmax": _relu_softmax,
     "sigmoid_softmax": _sigmoid_softmax, "relu_sigmoid": _relu_sigmoid, "softmax_twice": _softmax_twice,
 }
+ROW_WISE = ("softmax_logits", "nll_probs", "nll_logprobs", "relu_softmax", "sigmoid_softmax", "softmax_twice")
+"""Hypotheses of a loss over the classes of a row: an output one class wide has none. Over one column a softmax
+is 1 and its ratio is finite on positive gradients only, so the sign-only gradient of an L1 or Huber loss on a
+single regression output put every positive element in one window (a third of the elements: a softmax named).
+NLL's hypotheses claim only rows with a gradient at one element (``_one_target``): the same sign-only gradient
+on wider outputs had every negative element in NLL's window."""
 GATED = ("relu_softmax", "relu_sigmoid")
 """Hypotheses with a ReLU in the loss code: negative outputs with a zero gradient are theirs."""
 MIN_ROWS = 8
@@ -163,14 +181,24 @@ def _every(mask: Any, cap: int) -> Any:
     return idx[::max(1, math.ceil(idx.numel() / cap))]
 
 
-def sampled_rows(y: Any, g: Any, max_elements: int) -> tuple[Any, Any] | None:
+def sampled_rows(y: Any, g: Any, max_elements: int, channels_first: bool = False) -> tuple[Any, Any] | None:
     """Whole rows of output ``y`` and its gradient ``g`` (every k-th, about ``max_elements`` elements, at least
-    ``MIN_ROWS`` rows) in double precision; None for half-precision gradients or mismatched shapes."""
+    ``MIN_ROWS`` rows) in double precision; None for half-precision gradients or mismatched shapes.
+
+    A row is the last dimension, or with ``channels_first`` (outputs of three dimensions or more) dimension 1:
+    ``cross_entropy`` on ``(N, C, d1, …)`` normalises over C, as a segmentation or a 1-D convolution's output
+    has it. The positions are sampled before the classes are moved last, so a large map is never copied whole."""
     import torch
 
-    if g.dtype not in (torch.float32, torch.float64) or g.shape != y.shape:
+    if g.dtype not in (torch.float32, torch.float64) or g.shape != y.shape or (channels_first and y.dim() < 3):
         return None
     with torch.no_grad():
+        if channels_first:
+            k = y.shape[1]
+            per_map = max(1, math.ceil(max(MIN_ROWS, max_elements // k) / y.shape[0]))
+            stride = max(1, math.ceil(y[0, 0].numel() / per_map))
+            pick = [t.detach().flatten(2)[:, :, ::stride].movedim(1, -1).reshape(-1, k) for t in (y, g)]
+            return pick[0].double(), pick[1].double()
         k = y.shape[-1] if y.dim() > 1 else 1
         rows_y, rows_g = y.detach().reshape(-1, k), g.detach().reshape(-1, k)
         keep = max(MIN_ROWS, max_elements // k)
@@ -196,7 +224,7 @@ def identity_hits(yd: Any, gd: Any, tol: float, max_elements: int) -> tuple[dict
         bounded = bool((yd >= 0).all() and (yd <= 1).all())
         hits = {}
         for name, ratio in HYPOTHESES.items():
-            if name in BOUNDED and not bounded:
+            if (name in BOUNDED and not bounded) or (name in ROW_WISE and yd.shape[1] < 2):
                 hits[name] = 0
                 continue
             r = ratio(yd, gd).reshape(-1)
@@ -204,6 +232,12 @@ def identity_hits(yd: Any, gd: Any, tol: float, max_elements: int) -> tuple[dict
             explains = name in GATED and positive > 0 and 2 * own >= positive
             hits[name] = own + (gated if explains else 0)
         return hits, n
+
+
+def _best_share(got: tuple[dict[str, int], int]) -> float:
+    """The share of the gradient elements the best hypothesis explains: which layout of the rows is the loss's."""
+    hits, n = got
+    return max(hits.values(), default=0) / max(n, 1)
 
 
 class LossIdentity:
@@ -218,14 +252,17 @@ class LossIdentity:
         self.n = 0
 
     def observe(self, y: Any, g: Any) -> None:
-        rows = sampled_rows(y, g, self.max_elements)
-        if rows is None:
+        best: tuple[Any, Any, dict[str, int], int] | None = None
+        for channels_first in (False, True):  # an output of three dimensions or more: classes last, or at dim 1
+            rows = sampled_rows(y, g, self.max_elements, channels_first)
+            if rows is None:
+                continue
+            got = identity_hits(rows[0], rows[1], self.tol, self.max_elements)
+            if got is not None and (best is None or _best_share(got) > _best_share((best[2], best[3]))):
+                best = (rows[0], rows[1], got[0], got[1])
+        if best is None:
             return
-        yd, gd = rows
-        got = identity_hits(yd, gd, self.tol, self.max_elements)
-        if got is None:
-            return
-        hits, n = got
+        yd, gd, hits, n = best
         for reader in self.readers:
             reader.observe(yd, gd, hits, n)
         for name, h in hits.items():

@@ -328,3 +328,33 @@ def test_a_deciding_cause_the_posterior_rules_out_is_not_listed_first(model, th)
     assert r.confidences["FrozenParameters"] < th["infer.list_threshold"]  # ... which the rest of the run rules out
     assert r.hypotheses and r.hypotheses[0].cause == "UnnormalizedInputs"
     assert all(r.confidences[h.cause] >= th["infer.list_threshold"] for h in r.hypotheses)
+
+
+def test_specific_evidence_held_on_few_of_its_steps_is_a_suspicion_not_a_certainty(model, th):
+    """A specific finding whose steps mostly did not show it (its evidence_weight under diagnose.evidence.likely: a
+    suspected finding) still points at its cause, but cannot make it certain: the cause is shown at most at the
+    ceiling, and its basis says why. The same finding held on most of its steps decides as before."""
+    def run(weight):
+        findings = [*_generic_lr_findings(), f("StaleGradients", onset=1, dimension="gradient", grad_cos_prev=0.99,
+                                               evidence_weight=weight)]
+        return top(model, th, findings, DENSE)
+
+    thin = run(0.3)
+    x = thin.specificity["MissingZeroGrad"]
+    assert x.decides and not x.certain and x.thin == ("StaleGradients",)
+    shown = {h.cause: h for h in thin.hypotheses}
+    assert shown["MissingZeroGrad"].confidence <= th["infer.unspecific_ceiling"] + 1e-9
+    assert "is thin" in shown["MissingZeroGrad"].basis
+    firm = run(0.9)
+    assert firm.specificity["MissingZeroGrad"].certain and firm.hypotheses[0].cause == "MissingZeroGrad"
+    assert firm.hypotheses[0].confidence > th["infer.unspecific_ceiling"]
+
+
+def test_a_finding_that_counts_its_steps_is_thin_by_the_share_that_held(th):
+    """A detector whose medians decide (LabelErrorsAtRandom) counts the steps that held (steps_shown of
+    steps_judged) without weighing its strength: 5 of 10 is a suspicion (Jeffreys bound 0.31), 15 of 15 is not."""
+    from debugtune.engine.infer.specific import support
+
+    assert support(f("LabelErrorsAtRandom", steps_shown=5, steps_judged=10), th) < th["diagnose.evidence.likely"]
+    assert support(f("LabelErrorsAtRandom", steps_shown=15, steps_judged=15), th) > th["diagnose.evidence.likely"]
+    assert support(f("LossPlateau"), th) == 1.0

@@ -23,10 +23,16 @@ KEYS = ("diagnose.evidence.quantile", "diagnose.evidence.likely", "diagnose.evid
 
 def weight(ctx: Context, hits: int, trials: int) -> float:
     """Lower credible bound of the rate at which a condition held in ``hits`` of ``trials`` trials."""
+    return lower_bound(hits, trials, ctx.th["diagnose.evidence.quantile"])
+
+
+def lower_bound(hits: int, trials: int, quantile: float) -> float:
+    """The ``quantile`` of the Jeffreys Beta(hits + ½, misses + ½) posterior of a rate seen in ``hits`` of
+    ``trials`` independent trials (0 for none)."""
     if trials <= 0:
         return 0.0
     hits = min(max(int(hits), 0), int(trials))
-    return float(betaincinv(hits + 0.5, trials - hits + 0.5, ctx.th["diagnose.evidence.quantile"]))  # Beta ppf
+    return float(betaincinv(hits + 0.5, trials - hits + 0.5, quantile))  # Beta ppf
 
 
 def level(ctx: Context, w: float) -> str:

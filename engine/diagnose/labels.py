@@ -32,7 +32,12 @@ def label_errors(ctx: Context, data: object, out: Emit) -> None:
     model's own probabilities over its other classes would have. A model trained on labels replaced at random
     learns the noise and spreads its probability over the other classes as the labels do, so the two ranks
     agree; a model still learning is flatter than its labels bear out, its expected rank well above theirs.
-    Such a model is not judged (``convergence.label_errors.calibration_tol``)."""
+    Such a model is not judged (``convergence.label_errors.calibration_tol``).
+
+    The medians decide whether it fires and how strongly; the judged steps on which both held (agreement beyond
+    chance and the errors' rank: ``steps_shown`` of ``steps_judged``) decide whether it is more than suspected
+    (``engine.infer.specific``). A model that learnt little on a task it can hardly tell apart (a per-pixel digit
+    class from a few pixels around it) sits at both limits at once: half its steps hold them."""
     th, view = ctx.th, ctx.view
     _, _, cut, agreement = late_median(ctx, "output_label_kappa", "convergence.label_errors.judge_from_frac")
     rs, rank = view.series("output_label_error_rank")  # absent (not judged): two classes, BCE, or no error
@@ -47,9 +52,13 @@ def label_errors(ctx: Context, data: object, out: Emit) -> None:
     honest = float(np.nanmedian(exp[es >= cut])) if np.any(es >= cut) else 0.0
     if not (level >= limit and level >= honest - th["convergence.label_errors.calibration_tol"]):
         return  # far less sure than its labels bear out: a model still learning, its errors a learner's
+    # the medians decide; how many of the judged steps held both is whether it can be more than suspected
+    ks, kappa = view.series("output_label_kappa")
+    held = (rank[errs] >= limit) & (np.interp(rs[errs], ks, kappa) >= th["convergence.label_errors.min_kappa"])
     first = int(np.searchsorted(rs, cut))
     out.add(make_finding(
         "LabelErrorsAtRandom", DIM, "", rs, first, rs.size - 1, severity(level, limit, 0.5),
         {"error_rank": level, "error_rank_expected": honest, "kappa": agreement,
-         "random_share_of_errors": min(1.0, 2.0 * level), "threshold": limit, "steps_judged": int(errs.sum())},
+         "random_share_of_errors": min(1.0, 2.0 * level), "threshold": limit, "steps_judged": int(held.size),
+         "steps_shown": int(held.sum())},
         "convergence.label_errors", rs.size - 1), (rs, rank))

@@ -45,7 +45,8 @@ def evidence(findings: Sequence[Finding], judged: Iterable[str], floor: float = 
         by.setdefault(f.symptom, []).append(f)
     out = {}
     for s, fs in by.items():
-        strength = max(_weight(f) * (floor + (1.0 - floor) * min(max(2 * f.severity - 1, 0.0), 1.0)) for f in fs)
+        strength = max(evidence_weight(f) * (floor + (1.0 - floor) * min(max(2 * f.severity - 1, 0.0), 1.0))
+                       for f in fs)
         out[s] = SymptomEvidence(s, strength, tuple(sorted(fs, key=lambda f: f.onset_step)))
     for s in judged:
         out.setdefault(s, SymptomEvidence(s, 0.0))
@@ -70,7 +71,8 @@ def before_breakdown(findings: Sequence[Finding], judged: Iterable[str]) -> tupl
     return keep, judged - dropped
 
 
-def _weight(f: Finding) -> float:
+def evidence_weight(f: Finding) -> float:
+    """How much the finding rests on (engine.diagnose.evidence): 1 for a detector that does not weigh its steps."""
     w = f.evidence.get("evidence_weight", 1.0)
     return min(max(float(w), 0.0), 1.0) if isinstance(w, int | float) and not isinstance(w, bool) else 1.0
 

@@ -36,9 +36,11 @@ import math
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 
+from debugtune.engine.diagnose.evidence import lower_bound
 from debugtune.engine.diagnose.thresholds import Thresholds
-from debugtune.engine.infer.causal import CauseScore, SymptomEvidence, overlap
+from debugtune.engine.infer.causal import CauseScore, SymptomEvidence, evidence_weight, overlap
 from debugtune.engine.infer.model import CausalModel
+from debugtune.kg.records import Finding
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Specificity:
     quiet: bool = False                              # a sign of health (dt:healthSign) and no outcome symptom
     yields_to: tuple[str, ...] = ()                  # causes whose fault by definition outranks its set-up facts
     setup_only: bool = False                         # present evidence is set-up facts only (dt:precondition)
+    thin: tuple[str, ...] = ()                       # present evidence whose every finding is only suspected
 
     @property
     def decides(self) -> bool:
@@ -67,9 +70,11 @@ class Specificity:
 
     @property
     def certain(self) -> bool:
-        """Whether it decides on evidence no unruled rival shares, and that evidence is more than a set-up fact or
-        came with harm to an outcome: only then may it be shown above the ceiling."""
-        return bool(self.present) and not self.against and not self.yields_to and not self.unharmed_setup
+        """Whether it decides on evidence no unruled rival shares, that evidence is more than a set-up fact or came
+        with harm to an outcome, and some of it is more than a suspicion (held on enough of the steps it was
+        judged on): only then may it be shown above the ceiling."""
+        return (bool(set(self.present) - set(self.thin)) and not self.against and not self.yields_to
+                and not self.unharmed_setup)
 
     @property
     def unharmed_setup(self) -> bool:
@@ -109,6 +114,10 @@ class Specificity:
             return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and no outcome "
                     f"it reaches was seen (internal states at most): whether it cost the run, a replay "
                     f"with it fixed would tell; shown at most {ceiling:.2f}")
+        if self.present and set(self.present) <= set(self.thin):
+            return (f"its specific evidence ({', '.join(self.present)}) is thin: it held on too few of the steps it "
+                    f"was judged on to be more than suspected (steps_shown of steps_judged); shown at most "
+                    f"{ceiling:.2f}")
         if self.present:
             return f"specific evidence: {', '.join(self.present)}" + self.unfamiliar_note()
         if self.rivals:
@@ -129,6 +138,16 @@ class Specificity:
                     f"shown at most {ceiling:.2f}")
         return ("the knowledge base names no specific evidence for it; generic symptoms only, "
                 f"shown at most {ceiling:.2f}")
+
+
+def support(f: Finding, th: Thresholds) -> float:
+    """How much of what a finding was judged on showed it: the lower credible bound of ``steps_shown`` of
+    ``steps_judged`` (``engine.diagnose.evidence``) where it counts them, else its ``evidence_weight`` (1: a
+    finding that does not count its steps)."""
+    shown, judged = f.evidence.get("steps_shown"), f.evidence.get("steps_judged")
+    if isinstance(shown, int | float) and isinstance(judged, int | float) and judged > 0:
+        return lower_bound(int(shown), int(judged), th["diagnose.evidence.quantile"])
+    return evidence_weight(f)
 
 
 def _observed(ev: Mapping[str, SymptomEvidence], symptom: str) -> bool:
@@ -195,10 +214,13 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
     setup_only = bool(present) and not sufficient and set(present) <= model.preconditions
     profiles = model.profiles.get(s.cause, ())
     familiarity = max((overlap(set(p), set(ev)) for p in profiles), default=None)
+    likely = th["diagnose.evidence.likely"]
+    thin = tuple(sym for sym in present if all(support(f, th) < likely for f in ev[sym].findings))
     return Specificity(tuple(present), tuple(upstream), against, tuple(declared), harm, sufficient, tuple(rivals),
                        not declared or any(d in ev for d in declared), familiarity,
                        familiarity is None or familiarity >= th["infer.familiar_overlap"],
-                       bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes), setup_only=setup_only)
+                       bool(signs) and not any(_observed(ev, sym) for sym in model.outcomes), setup_only=setup_only,
+                       thin=thin)
 
 
 def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity]) -> dict[str, Specificity]:

@@ -67,3 +67,27 @@ def test_blind_spots_need_a_training_flow_and_enough_unjudged():
     from debugtune.engine.diagnose.detectors import DETECTORS
     allsym = {d.symptom for d in DETECTORS if d.dimension in ("gradient", "convergence")}
     assert blind_spots(allsym, {"gradient": "diagnosed", "convergence": "diagnosed"}, set(), th) is None
+
+
+def test_a_log_with_a_finding_and_no_cause_says_what_it_could_not_rule_out(tmp_path):
+    """Half the labels replaced, only loss, learning rate and gradient norm logged: the loss stalls (a finding), no
+    cause is named, and the report says which symptoms it could not judge (label errors among them) and what to
+    record; the text report shows that, and what stays open, and puts the notes of symptoms whose metrics were not
+    recorded on one line (``--notes``: one each)."""
+    from typer.testing import CliRunner
+
+    from debugtune.cli.apps import debug_app
+
+    log = tmp_path / "metrics.jsonl"
+    _train_and_log(log, noise=0.5)
+    import_path(log, tmp_path / "run")
+    report = diagnose(tmp_path / "run", save=False)
+    assert report.findings and not report.hypotheses, report.summary()
+    assert report.blind is not None and "LabelErrorsAtRandom" in report.blind.unjudged
+    assert "expert_tokens" in report.blind.record  # an imported log says nothing of its model: experts kept
+    args = ["diagnose", str(tmp_path / "run"), "--store", "memory", "--wide"]
+    text = CliRunner().invoke(debug_app, args).output
+    assert "blind spots: only" in text and "cannot be ruled out" in text
+    assert "LabelErrorsAtRandom not judged" not in text and "not judged, a metric their detectors read" in text
+    full = CliRunner().invoke(debug_app, [*args, "--notes"]).output
+    assert "LabelErrorsAtRandom not judged: output_label_kappa" in full

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -58,9 +59,43 @@ def print_hypotheses(hypotheses: list[Hypothesis], top: int | None = None, *, wi
                rows, title="root-cause hypotheses", wide=wide, key=1)
 
 
+UNRECORDED = re.compile(r"^(?P<symptoms>.+?) not judged: .* not recorded$")
+"""A note that a detector had nothing to read: expected of a log that records little, shown one line for all."""
+
+
+def split_notes(notes: list[str]) -> tuple[list[str], list[str]]:
+    """(notes with a reason of their own, symptoms not judged because a metric they read was not recorded)."""
+    own: list[str] = []
+    unrecorded: list[str] = []
+    for note in notes:
+        m = UNRECORDED.match(note)
+        if m is None:
+            own.append(note)
+        else:
+            unrecorded += [s for s in m["symptoms"].split(", ") if s not in unrecorded]
+    return own, unrecorded
+
+
+def print_open_question(report: DiagnosisReport) -> None:
+    """What the report leaves open: advice, the candidates with what would decide them, and the blind spots."""
+    for a in report.advice:
+        console.print(f"[yellow]advice:[/] [bold]{a.cause}[/] ({a.confidence:.2f}), worth a look, not a root cause "
+                      f"(it explains no observed failure) — {escape(a.explanation)}")
+    if report.undetermined is not None:
+        names = ", ".join(f"{c} ({p:.2f})" for c, p in report.undetermined.candidates)
+        console.print(f"[yellow]open:[/] {escape(names)}")
+        for d in report.undetermined.deciders:
+            under = ", ".join(f"{c} {p:.2f}" for c, p in d.probabilities.items())
+            bullet(f"to decide: {escape(d.clause())} (P({d.symptom}) under {escape(under)})")
+    if report.blind is not None and report.findings:
+        console.print(f"[yellow]blind spots:[/] {escape(report.blind.caveat())}")
+
+
 def print_report(report: DiagnosisReport, *, top: int | None = None, explain: bool = True,
-                 show_findings: bool = True, wide: bool = False) -> None:
-    """The report as rich tables, the explanation of the best hypothesis, and what was not diagnosed."""
+                 show_findings: bool = True, wide: bool = False, all_notes: bool = False) -> None:
+    """The report as rich tables, the explanation of the best hypothesis (and why its confidence is what it is),
+    what stays open and what would decide it, and what was not diagnosed. Symptoms not judged for want of a
+    metric the run did not record are one line unless ``all_notes``."""
     cov = ", ".join(f"{d}: {s}" for d, s in report.coverage.items())
     console.print(f"[bold]run[/] {escape(report.run)}  ({report.steps} steps; {escape(cov)})")
     if show_findings:
@@ -69,10 +104,18 @@ def print_report(report: DiagnosisReport, *, top: int | None = None, explain: bo
         print_hypotheses(report.hypotheses, top, wide=wide)
         for h in report.hypotheses[: (top or len(report.hypotheses)) if explain else 1]:
             console.print(f"[bold]{h.rank}. {h.cause}[/] — {escape(h.explanation)}")
+            if h.basis:
+                console.print(f"   [dim]why this confidence: {escape(h.basis)}[/]")
+    else:
+        print_open_question(report)
     for sign in report.signs:
         console.print(f"[green]sign of health: {escape(PHRASES[sign.symptom](sign))}[/]")
-    for note in report.notes:
+    own, unrecorded = split_notes(report.notes) if not all_notes else (report.notes, [])
+    for note in own:
         console.print(f"[dim]note: {escape(note)}[/]")
+    if unrecorded:
+        console.print(f"[dim]note: {len(unrecorded)} symptom(s) not judged, a metric their detectors read not "
+                      f"recorded: {escape(', '.join(unrecorded))} (--notes: each with its metrics)[/]")
     colour = {"diagnosed": "green", "healthy": "green", "undetermined": "yellow"}[report.status]
     console.print(f"[{colour}]{escape(report.summary())}[/]")
 
@@ -145,6 +188,8 @@ def diagnose_command(
     interval: Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between --follow passes.")] = 30.0,
     passes: Annotated[int | None, typer.Option("--passes", min=1, help="Stop --follow after this many passes.")]
     = None,
+    notes: Annotated[bool, typer.Option("--notes", help="Every note in full, including one per symptom not "
+                                        "judged for want of a metric the run did not record.")] = False,
 ) -> None:
     """Find symptoms in a run's telemetry (all four dimensions unless some are named) and infer the root cause."""
     picked = [d for d, on in (("gradient", gradient), ("communication", comm), ("hardware", hardware),
@@ -160,7 +205,7 @@ def diagnose_command(
     if json_out:
         emit_json(report.as_dict())
         return
-    print_report(report, wide=wide)
+    print_report(report, wide=wide, all_notes=notes)
     console.print(f"[dim]{escape(_where(report))}[/]")
 
 

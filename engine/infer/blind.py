@@ -53,17 +53,28 @@ class BlindSpots:
                 "unjudged": list(self.unjudged), "record": list(self.record)}
 
     def sentence(self) -> str:
+        """For a run without findings: why it is not called healthy."""
+        return f"no findings, but {self._judged()}: too little to call the run healthy; {self._record()}"
+
+    def caveat(self) -> str:
+        """For a run with findings and no root cause: what it could not rule out."""
+        return f"{self._judged()}: a cause that shows only in those cannot be ruled out; {self._record()}"
+
+    def _judged(self) -> str:
         shown = ", ".join(self.unjudged[:4]) + (" …" if len(self.unjudged) > 4 else "")
-        return (f"no findings, but only {self.judged} of {self.total} training symptoms could be judged from what "
-                f"was recorded ({shown} could not): too little to call the run healthy; recording "
-                f"{', '.join(self.record[:4])} (the probe records them) would judge them")
+        return (f"only {self.judged} of {self.total} training symptoms could be judged from what was recorded "
+                f"({shown} could not)")
+
+    def _record(self) -> str:
+        return f"recording {', '.join(self.record[:4])} (the probe records them) would judge them"
 
 
 def blind_spots(judged: Iterable[str], coverage: Mapping[str, str], recorded: Iterable[str],
-                th: Thresholds) -> BlindSpots | None:
+                th: Thresholds, impossible: Iterable[str] = ()) -> BlindSpots | None:
     """The blind spots of a run whose training flows were diagnosed on too few symptoms, with the metrics it did
     not record that would judge the most of them; None when it could judge enough (or when no training flow was
-    diagnosed: a trace has nothing to say about learning)."""
+    diagnosed: a trace has nothing to say about learning). ``impossible``: symptoms the model cannot show (an
+    MoE's, where it has none), counted in the share but neither listed nor asked for."""
     flows = [f for f in TRAINING_FLOWS if coverage.get(f) == "diagnosed"]
     if not flows:
         return None
@@ -73,7 +84,7 @@ def blind_spots(judged: Iterable[str], coverage: Mapping[str, str], recorded: It
     share = len(done) / len(symptoms)
     if share >= th["infer.healthy_min_judged"]:
         return None
-    missing = [s for s in symptoms if s not in seen]
+    missing = [s for s in symptoms if s not in seen and s not in set(impossible)]
     have = set(recorded)
     counts: dict[str, int] = {}
     for s in missing:

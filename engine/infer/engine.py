@@ -108,6 +108,11 @@ def applicable(model: CausalModel, cause: str, judged: set[str], share: float,
     return total > 0 and sum(link.strength for link in links if link.target in judged) >= share * total
 
 
+def cannot_show(model: CausalModel, experts: bool | None) -> frozenset[str]:
+    """The symptoms a model cannot show: an MoE's, where it is known to have no experts (``experts`` False)."""
+    return frozenset(s for s in model.symptoms if moe_only(s)) if experts is False else frozenset()
+
+
 def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Finding], judged: Iterable[str],
          edges: Sequence[CorrelationEdge], th: Thresholds, steps: int | None = None,
          from_run_start: bool = True, recorded: frozenset[str] = frozenset(),
@@ -171,7 +176,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
     close = len(hyps) >= 2 and conf[hyps[1].cause] >= th["infer.close_call"] * conf[hyps[0].cause]
     open_ = None
     if causal and (not hyps or close):
-        moe = frozenset() if experts is not False else frozenset(s for s in model.symptoms if moe_only(s))
+        moe = cannot_show(model, experts)
         open_ = undetermined(causal, shown, judged, floor=th["infer.list_threshold"],
                              spread_min=th["infer.decider_spread"], recorded=recorded, impossible=moe)
     return Ranking(order, conf, hyps, cands, advice, open_, spec)
@@ -203,7 +208,9 @@ def infer(store: Store, diagnosis: Diagnosis, th: Thresholds, *, run_dir: str | 
         run=run_id, findings=findings, hypotheses=ranking.hypotheses, edges=list(diagnosis.edges),
         candidates=ranking.candidates, coverage=dict(diagnosis.coverage), notes=list(diagnosis.notes),
         advice=ranking.advice, undetermined=ranking.undetermined,
-        blind=None if findings else blind_spots(diagnosis.judged, diagnosis.coverage, diagnosis.recorded, th),
+        blind=None if ranking.hypotheses else blind_spots(
+            diagnosis.judged, diagnosis.coverage, diagnosis.recorded, th,
+            cannot_show(model, diagnosis.experts)),
         signs=signs,
         timing_s=timing, run_dir=run_dir, steps=diagnosis.steps,
         report_threshold=calibrated(th["infer.report_threshold"], th),

@@ -49,6 +49,8 @@ class Undetermined:
 
     def sentence(self) -> str:
         names = " or ".join(f"{c} ({p:.2f})" for c, p in self.candidates)
+        if len(self.candidates) == 1:
+            return f"undetermined: {names} is the one candidate left, below the reporting threshold"
         if not self.deciders:
             return f"undetermined between {names}; nothing this probe can record would tell them apart"
         return f"undetermined between {names}; {self.deciders[0].clause()}"

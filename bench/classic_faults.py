@@ -50,9 +50,9 @@ from bench.harness2.manifest import CV_FLOOR, CV_RATIO
 # The programs that classify ``Data.y`` directly, and those that read the normalised pixels ``Data.img`` / ``flat``
 # as inputs only (the autoencoder's targets are its inputs: raw pixels change its loss's scale, not its fit).
 LABELLED = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "logreg_raw", "resnet_bn", "transformer_rows", "mnist_rnn",
-            "mixtral_rows"}
+            "mixtral_rows", "fcn_segment"}
 PIXELS = {"mnist_adadelta", "lenet_tanh", "mlp_sgd", "resnet_bn", "transformer_rows", "mnist_rnn", "siamese",
-          "mixtral_rows"}
+          "mixtral_rows", "fcn_segment", "huber_rows"}
 
 
 def _scale_lr(factor: float) -> Callable[[Data, Program], None]:

@@ -145,6 +145,36 @@ def conv_autoencoder(d: Data) -> Program:
     return Program(model, opt, step, 300)
 
 
+def fcn_segment(d: Data) -> Program:
+    """A fully convolutional segmenter (dilated convolutions, so that a pixel sees most of its digit): every stroke
+    pixel (above 0.3 on the pixel scale) labelled with its digit's class, the background with an eleventh;
+    per-pixel cross-entropy over the (N, 11, 28, 28) map, batches of 32, Adam 1e-3."""
+    model = nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=2, dilation=2),
+                          nn.ReLU(), nn.Conv2d(32, 32, 3, padding=4, dilation=4), nn.ReLU(), nn.Conv2d(32, 11, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    stroke = d.pixels()[:, 0] > 0.3  # the stroke as drawn, whatever the images' later scale
+
+    def step() -> float:
+        i = d.batch(32)
+        target = torch.where(stroke[i], d.y[i, None, None], 10)  # the digit's label, as the labels say it
+        return update(opt, lambda: F.cross_entropy(model(d.img[i]), target))
+    return Program(model, opt, step, 200)
+
+
+def huber_rows(d: Data) -> Program:
+    """Regression of the ink in a digit's lower half from its upper four rows: a 32-32 ReLU MLP with one output,
+    Huber loss (``smooth_l1_loss``), Adam 1e-3."""
+    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    ink = d.flat[:, 32:].sum(1, keepdim=True)
+    target = (ink - ink.mean()) / ink.std()  # standardised once: the inputs' scale is the program's own
+
+    def step() -> float:
+        i = d.batch()
+        return update(opt, lambda: F.smooth_l1_loss(model(d.flat[i, :32]), target[i]))
+    return Program(model, opt, step, 300)
+
+
 class _VAE(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -271,7 +301,7 @@ def char_gru(d: Data) -> Program:
 
 PROGRAMS: dict[str, Callable[[Data], Program]] = {f.__name__: f for f in (
     mnist_adadelta, lenet_tanh, mlp_sgd, logreg_raw, resnet_bn, transformer_rows, mnist_rnn, conv_autoencoder, vae,
-    siamese, tabular_bn, lstm_sines, char_gru, switch_lm, mixtral_rows)}
+    siamese, tabular_bn, lstm_sines, char_gru, switch_lm, mixtral_rows, fcn_segment, huber_rows)}
 
 
 def train(name: str, seed: int, run_dir: Path,

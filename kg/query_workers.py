@@ -195,6 +195,10 @@ def _open_read_only(store: OxigraphStore, directory: Path | None) -> Any:
 
 def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoints: dict[int, Path],
                  no_network: bool) -> None:
+    try:  # first: a worker that crashes, or that the server aborts for a start that hangs, writes its Python stack
+        faulthandler.enable(file=2, all_threads=True)  # on the server's stderr (not where a handler it inherited
+    except (OSError, ValueError, RuntimeError):  # would have written) before it dies
+        pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -209,10 +213,6 @@ def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoi
     try:  # the kernel's OOM killer takes a worker before the server
         Path("/proc/self/oom_score_adj").write_text("1000")
     except OSError:
-        pass
-    try:  # a worker that crashes, or that the server aborts for a start that hangs, writes its Python stack on the
-        faulthandler.enable(file=2, all_threads=True)  # server's stderr before it dies
-    except (OSError, ValueError, RuntimeError):
         pass
     for key, obj in shared.items():
         if isinstance(obj, OxigraphStore) and obj.path is not None:

@@ -154,16 +154,16 @@ def test_a_dying_worker_leaves_its_last_words_in_the_log(caplog):
 
 
 def test_a_worker_that_hangs_at_start_is_replaced_once_then_refused(tmp_path, caplog, capfd, monkeypatch):
-    monkeypatch.setattr(query_workers, "START_S", 0.5)
+    monkeypatch.setattr(query_workers, "START_S", 2.0)  # time for a fork on a loaded machine to reach its hang
     store = _HangsAtOpen(tmp_path / "store")
     workers = QueryWorkers(1, 30.0)
     workers.share(store)
     try:
         with caplog.at_level(logging.ERROR, logger=LOGGER), pytest.raises(WorkerError) as err:
             workers.call(_count, store)
-        assert err.value.reason == "crashed" and "no worker process started within 0.5 s, twice" in str(err.value)
+        assert err.value.reason == "crashed" and "no worker process started within 2 s, twice" in str(err.value)
         lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
-        assert len(lines) == 2 and all("did not start within 0.5 s" in line for line in lines), lines
+        assert len(lines) == 2 and all("did not start within 2 s" in line for line in lines), lines
         stacks = capfd.readouterr().err  # each hung worker wrote where it waited before it was killed
         assert stacks.count("most recent call first") >= 2 and "in use_read_only" in stacks, stacks
     finally:

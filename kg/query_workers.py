@@ -195,9 +195,13 @@ def _open_read_only(store: OxigraphStore, directory: Path | None) -> Any:
 
 def _worker_main(conn: Connection, server: int, shared: dict[int, Any], checkpoints: dict[int, Path],
                  no_network: bool) -> None:
-    try:  # first: a worker that crashes, or that the server aborts for a start that hangs, writes its Python stack
-        faulthandler.enable(file=2, all_threads=True)  # on the server's stderr (not where a handler it inherited
-    except (OSError, ValueError, RuntimeError):  # would have written) before it dies
+    # first: signals the forking thread had blocked (a library's threads block some) are not the worker's, and a
+    # worker that crashes, or that the server aborts for a start that hangs, writes its Python stack on the
+    # server's stderr (not where a handler it inherited would have written) before it dies
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    try:
+        faulthandler.enable(file=2, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
         pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -84,7 +84,8 @@ def blind_spots(judged: Iterable[str], coverage: Mapping[str, str], recorded: It
     share = len(done) / len(symptoms)
     if share >= th["infer.healthy_min_judged"]:
         return None
-    missing = [s for s in symptoms if s not in seen and s not in set(impossible)]
+    skip = set(impossible)
+    missing = [s for s in symptoms if s not in seen and s not in skip]
     have = set(recorded)
     counts: dict[str, int] = {}
     for s in missing:

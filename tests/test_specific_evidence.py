@@ -358,3 +358,15 @@ def test_a_finding_that_counts_its_steps_is_thin_by_the_share_that_held(th):
     assert support(f("LabelErrorsAtRandom", steps_shown=5, steps_judged=10), th) < th["diagnose.evidence.likely"]
     assert support(f("LabelErrorsAtRandom", steps_shown=15, steps_judged=15), th) > th["diagnose.evidence.likely"]
     assert support(f("LossPlateau"), th) == 1.0
+
+
+def test_raw_inputs_with_a_slow_loss_are_named_and_without_it_are_advice(model, th):
+    """Inputs far from unit scale that do not blow the run up slow it (an ill-conditioned first layer, LeCun et
+    al. 1998): with the loss still falling slowly at the end, the input scale names UnnormalizedInputs; alone, a
+    set-up fact that harmed nothing visible, it is advice."""
+    scale = f("InputScaleAbnormal", "", onset=0, dimension="convergence", input_rms=185.0)
+    alone = top(model, th, [scale], DENSE)
+    assert "UnnormalizedInputs" not in [h.cause for h in alone.hypotheses]
+    slow = top(model, th, [scale, f("SlowConvergence", onset=25, severity=0.8, late_share=0.52)], DENSE)
+    assert slow.hypotheses and slow.hypotheses[0].cause == "UnnormalizedInputs"
+    assert "SlowConvergence" in slow.hypotheses[0].chain

@@ -1,0 +1,1 @@
+"""Fresh benchmark programs written independently of the diagnoser, with injected user mistakes."""

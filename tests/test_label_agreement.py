@@ -103,6 +103,30 @@ def test_labels_replaced_at_random_are_told_from_hard_examples(tmp_path, th, cas
         assert rank < expected - th["convergence.label_errors.calibration_tol"]
 
 
+class _Autocast(torch.nn.Module):
+    """A model whose forward runs under ``torch.autocast`` to bfloat16 (mixed precision, as Lightning's
+    ``precision="bf16-mixed"`` wraps it): its output, and the gradient reaching it, are bfloat16."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        with torch.autocast("cpu", torch.bfloat16):
+            return self.inner(x)
+
+
+def test_labels_replaced_at_random_are_read_under_mixed_precision(tmp_path, th):
+    """The output of a bfloat16 autocast forward is 16-bit: its gradient is read in the wider window, and the
+    labels replaced at random are found as in float32 (before, nothing was read and only the slow loss showed)."""
+    model = _Autocast(mlp(out=K))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    tel = train(tmp_path / "bf16", model, opt, th, steps=200, data=_stream(0.4), detail_every=4)
+    assert tel.series("output_label_kappa")[1].size > 0
+    found = diagnose_run(tmp_path / "bf16", th, ["convergence"])
+    assert "LabelErrorsAtRandom" in {f.symptom for f in found.findings}
+
+
 def test_two_classes_are_not_judged(tmp_path, th):
     model = mlp(out=2)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

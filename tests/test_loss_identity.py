@@ -13,15 +13,21 @@ N, K = 128, 10
 
 
 
-def shares(th, loss, squash=None, shape=(N, K), seed=0):
-    """Shares per hypothesis for the gradient of ``loss`` at the output ``squash(y)`` of real-valued ``y``."""
+def shares(th, loss, squash=None, shape=(N, K), seed=0, half=False):
+    """Shares per hypothesis for the gradient of ``loss`` at the output ``squash(y)`` of real-valued ``y``; with
+    ``half``, as under ``torch.autocast`` to bfloat16: the output is bfloat16, the loss runs in float32 on it
+    upcast, and the gradient reaching the output is rounded back to bfloat16."""
     torch.manual_seed(seed)
     y = (torch.randn(*shape) * 2).requires_grad_()
     out = y if squash is None else squash(y)
+    if half:
+        out = out.bfloat16()
     out.retain_grad()
-    loss(out).backward()
+    loss(out.float() if half else out).backward()
     cap = int(th["probe.loss_identity_max_elements"])
-    got = identity_hits(*sampled_rows(out.detach(), out.grad, cap), th["probe.loss_identity_tol"], cap)
+    dtypes, tol = ((torch.bfloat16,), th["probe.loss_identity_tol_half"]) if half else \
+        (None, th["probe.loss_identity_tol"])
+    got = identity_hits(*sampled_rows(out.detach(), out.grad, cap, dtypes=dtypes), tol, cap)
     assert got is not None
     hits, n = got
     return {h: v / n for h, v in hits.items()}
@@ -55,11 +61,12 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32", "bfloat16 autocast"])
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
-def test_the_loss_that_produced_the_gradient_explains_it(th, case):
+def test_the_loss_that_produced_the_gradient_explains_it(th, case, half):
     loss, squash, expected = CASES[case]
     shape = (8, 64, 500) if case.startswith("LM") else (N, K)
-    got = shares(th, loss, squash, shape)
+    got = shares(th, loss, squash, shape, half=half)
     assert got[expected] == max(got.values()), got
     assert got[expected] >= (0.7 if case.startswith("LM softmax") else 0.9), got
     # another share near the truth only where two losses have the same gradient on these elements (NLL and BCE
@@ -77,9 +84,10 @@ NO_HARD_TARGETS = {
 }
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32", "bfloat16 autocast"])
 @pytest.mark.parametrize("case", NO_HARD_TARGETS, ids=list(NO_HARD_TARGETS))
-def test_losses_without_a_closed_form_are_explained_by_no_hypothesis(th, case):
-    got = shares(th, NO_HARD_TARGETS[case])
+def test_losses_without_a_closed_form_are_explained_by_no_hypothesis(th, case, half):
+    got = shares(th, NO_HARD_TARGETS[case], half=half)
     assert max(got.values()) < th["convergence.loss_identity.share"], got
 
 

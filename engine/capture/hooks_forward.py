@@ -53,8 +53,8 @@ import numpy as np
 from debugtune.engine.capture.hooks_activations import activation_modules
 from debugtune.engine.capture.label_agreement import KEYS as LABEL_KEYS
 from debugtune.engine.capture.label_agreement import MIN_ROWS_KEY, SHARE_KEY, LabelAgreement
+from debugtune.engine.capture.loss_identity import HALF_KEY, MAX_KEY, MIN_KEY, TOL_KEY, LossIdentity
 from debugtune.engine.capture.loss_identity import KEYS as IDENTITY_KEYS
-from debugtune.engine.capture.loss_identity import MAX_KEY, MIN_KEY, TOL_KEY, LossIdentity
 from debugtune.engine.capture.output_reach import KEYS as REACH_KEYS
 from debugtune.engine.capture.output_reach import OutputReach
 from debugtune.engine.capture.probe_errors import ProbeErrors
@@ -249,8 +249,10 @@ class ForwardEvidence:
                 disabled["output_bound_push"] = f"no threshold {absent[0]!r}"
             else:
                 reach = OutputReach(*(float(thresholds[k]) for k in REACH_KEYS))
+            half = thresholds.get(HALF_KEY)
             self.identity = LossIdentity(float(thresholds[TOL_KEY]), int(thresholds[MIN_KEY]),
-                                         int(thresholds[MAX_KEY]), labels, reach)
+                                         int(thresholds[MAX_KEY]), labels, reach,
+                                         None if half is None else float(half))
         conv = torch.nn.modules.conv._ConvNd
         self.layers = {name: LayerSignal(_feature_dim(isinstance(m, conv), len(getattr(m, "kernel_size", ()))))
                        for name, m in layers}
@@ -397,8 +399,7 @@ class ForwardEvidence:
                 hit, rows = simplex_rows(y, self.simplex_tol)
                 self.simplex[0] += hit
                 self.simplex[1] += rows
-            if self.identity is not None and y.requires_grad and y.dtype in (self._torch.float32,
-                                                                               self._torch.float64):
+            if self.identity is not None and y.requires_grad and y.dtype in self.identity.tols:
                 y.register_hook(partial(self._on_output_grad, y.detach()))
         except Exception as exc:  # noqa: BLE001
             self.errors.add("output_hook", exc)

@@ -45,8 +45,14 @@ The hook reads the gradient and returns nothing, so the gradient the training us
 ratios on ``probe.loss_identity_max_elements`` elements in whole rows, at least 8 rows (every k-th row; a row
 is the softmax's unit), then at most that many elements per sign (every m-th) in one sort per hypothesis and
 sign, on detail steps only: 3–6 ms for a 10-class batch, 13 ms for 5,000 tokens, 0.1 s for 32,000 (one
-core; twice that for an output of three dimensions or more). Float16/bfloat16 gradients are not measured: their
-rounding is wider than any window that would still separate the hypotheses.
+core; twice that for an output of three dimensions or more).
+
+Under mixed precision (``torch.autocast`` to bfloat16 or float16) the output and its gradient are 16-bit: the
+loss computes in float32 from the upcast output (exact) and its gradient is rounded once to 16 bits, which moves
+each ratio by at most half a unit in the last place (2^-8 relative in bfloat16). Those gradients are measured
+in a window of ``probe.loss_identity_tol_half`` instead, about two bfloat16 ulps, where a wrong hypothesis's
+ratios, spread over orders of magnitude, still put under 1% of themselves by chance. Without that key they are
+not measured (as before it was added).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from debugtune.engine.capture.label_agreement import LabelAgreement
 from debugtune.engine.capture.output_reach import OutputReach
 
 TOL_KEY = "probe.loss_identity_tol"
+HALF_KEY = "probe.loss_identity_tol_half"
 MIN_KEY = "probe.loss_identity_min_elements"
 MAX_KEY = "probe.loss_identity_max_elements"
 KEYS = (TOL_KEY, MIN_KEY, MAX_KEY)
@@ -181,16 +188,19 @@ def _every(mask: Any, cap: int) -> Any:
     return idx[::max(1, math.ceil(idx.numel() / cap))]
 
 
-def sampled_rows(y: Any, g: Any, max_elements: int, channels_first: bool = False) -> tuple[Any, Any] | None:
+def sampled_rows(y: Any, g: Any, max_elements: int, channels_first: bool = False,
+                 dtypes: tuple[Any, ...] | None = None) -> tuple[Any, Any] | None:
     """Whole rows of output ``y`` and its gradient ``g`` (every k-th, about ``max_elements`` elements, at least
-    ``MIN_ROWS`` rows) in double precision; None for half-precision gradients or mismatched shapes.
+    ``MIN_ROWS`` rows) in double precision; None for a gradient of another precision than ``dtypes`` or
+    mismatched shapes.
 
     A row is the last dimension, or with ``channels_first`` (outputs of three dimensions or more) dimension 1:
     ``cross_entropy`` on ``(N, C, d1, …)`` normalises over C, as a segmentation or a 1-D convolution's output
     has it. The positions are sampled before the classes are moved last, so a large map is never copied whole."""
     import torch
 
-    if g.dtype not in (torch.float32, torch.float64) or g.shape != y.shape or (channels_first and y.dim() < 3):
+    if g.dtype not in (dtypes or (torch.float32, torch.float64)) or g.shape != y.shape or (channels_first
+                                                                                           and y.dim() < 3):
         return None
     with torch.no_grad():
         if channels_first:
@@ -244,8 +254,14 @@ class LossIdentity:
     """Accumulates the hits of a step's output gradients (several forwards pool) until the step is taken."""
 
     def __init__(self, tol: float, min_elements: int, max_elements: int, labels: LabelAgreement | None = None,
-                 reach: OutputReach | None = None) -> None:
+                 reach: OutputReach | None = None, tol_half: float | None = None) -> None:
+        import torch
+
         self.tol, self.min_elements, self.max_elements = tol, min_elements, max_elements
+        self.tols = {torch.float32: tol, torch.float64: tol}
+        """The window per gradient precision: 16-bit gradients only where ``tol_half`` is known."""
+        if tol_half is not None:
+            self.tols.update({torch.bfloat16: tol_half, torch.float16: tol_half})
         self.readers = tuple(r for r in (labels, reach) if r is not None)
         """What else the sampled rows are read for, once the hits say which loss produced them."""
         self.hits: dict[str, int] = {}
@@ -253,11 +269,14 @@ class LossIdentity:
 
     def observe(self, y: Any, g: Any) -> None:
         best: tuple[Any, Any, dict[str, int], int] | None = None
+        tol = self.tols.get(g.dtype)
+        if tol is None:
+            return
         for channels_first in (False, True):  # an output of three dimensions or more: classes last, or at dim 1
-            rows = sampled_rows(y, g, self.max_elements, channels_first)
+            rows = sampled_rows(y, g, self.max_elements, channels_first, tuple(self.tols))
             if rows is None:
                 continue
-            got = identity_hits(rows[0], rows[1], self.tol, self.max_elements)
+            got = identity_hits(rows[0], rows[1], tol, self.max_elements)
             if got is not None and (best is None or _best_share(got) > _best_share((best[2], best[3]))):
                 best = (rows[0], rows[1], got[0], got[1])
         if best is None:

@@ -322,16 +322,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     jobs = [(prog, seed, [f for f in (args.only or list(FAULTS)) if applicable(prog, f)])
             for seed in range(args.first_seed, args.first_seed + args.seeds) for prog in (args.programs or PROGRAMS)]
+    return score_jobs(one, jobs, args.jobs, args.json)
+
+
+def score_jobs(one: Callable[[Any], list[dict[str, Any]]], jobs: list[Any], workers: int, as_json: bool) -> int:
+    """Run ``one`` over ``jobs`` in ``workers`` processes (a line per run as each batch lands), then print the
+    figures, or one JSON document of the figures and every run."""
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
         for batch in pool.map(one, jobs):
             rows += batch
-            if not args.json:
+            if not as_json:
                 for r in batch:
                     print(_line(r), flush=True)
     fig = figures(rows)
-    if args.json:
+    if as_json:
         print(json.dumps({"figures": fig, "runs": rows}, indent=2))
     else:
         _print(fig, time.perf_counter() - t0)

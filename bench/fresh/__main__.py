@@ -25,13 +25,11 @@ import argparse
 import importlib
 import json
 import os
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.classic_faults import _line, _print, figures, harmed, unbalanced
+from bench.classic_faults import harmed, score_jobs, unbalanced
 from bench.classic_programs import late_loss
 
 SUITES = ("a", "b", "c")
@@ -104,20 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in range(args.first_seed, args.first_seed + args.seeds)
             for s in args.suites for p in _suite(s).PROGRAMS
             if not args.programs or p in args.programs or f"{s}.{p}" in args.programs]
-    rows: list[dict[str, Any]] = []
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for batch in pool.map(one, jobs):
-            rows += batch
-            if not args.json:
-                for r in batch:
-                    print(_line(r), flush=True)
-    fig = figures(rows)
-    if args.json:
-        print(json.dumps({"figures": fig, "runs": rows}, indent=2))
-    else:
-        _print(fig, time.perf_counter() - t0)
-    return 0
+    return score_jobs(one, jobs, args.jobs, args.json)
 
 
 if __name__ == "__main__":

@@ -96,6 +96,17 @@ def _sampler(n: int, batch_size: int, gen: torch.Generator) -> Callable[[], Tens
     return next_indices
 
 
+def _pairs(x: Tensor, y: Tensor, batch_size: int, seed: int) -> Callable[[], tuple[Tensor, Tensor]]:
+    """Mini-batches of (inputs, labels) drawn by `_sampler` from its own generator (seed + 1)."""
+    indices = _sampler(len(x), batch_size, torch.Generator().manual_seed(seed + 1))
+
+    def next_batch() -> tuple[Tensor, Tensor]:
+        idx = indices()
+        return x[idx], y[idx]
+
+    return next_batch
+
+
 def _noisy_labels(y: Tensor, share: float, num_classes: int, seed: int) -> Tensor:
     """Replace ``share`` of the labels (those >= 0) by uniformly random classes: a badly annotated dataset."""
     gen = torch.Generator().manual_seed(10_000 + seed)
@@ -231,12 +242,7 @@ def train_vit(run_dir: Path, seed: int, fault: str | None = None) -> list[float]
     lr = base_lr * _lr_factor(fault, high=100.0, low=1e-3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup_cosine(20, steps))
-    x_train = preprocess(raw_train)
-    indices = _sampler(len(x_train), batch_size, torch.Generator().manual_seed(seed + 1))
-
-    def next_batch() -> tuple[Tensor, Tensor]:
-        idx = indices()
-        return x_train[idx], y_train[idx]
+    next_batch = _pairs(preprocess(raw_train), y_train, batch_size, seed)
 
     def compute_loss(m: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
         return F.cross_entropy(m(batch[0]), batch[1])
@@ -323,12 +329,7 @@ def train_cnn(run_dir: Path, seed: int, fault: str | None = None) -> list[float]
     lr = base_lr * _lr_factor(fault, high=60.0, low=1 / 2000)
     optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=100, gamma=0.3)
-    x_train = preprocess(raw_train)
-    indices = _sampler(len(x_train), batch_size, torch.Generator().manual_seed(seed + 1))
-
-    def next_batch() -> tuple[Tensor, Tensor]:
-        idx = indices()
-        return x_train[idx], y_train[idx]
+    next_batch = _pairs(preprocess(raw_train), y_train, batch_size, seed)
 
     def compute_loss(m: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
         logits = m(batch[0])

@@ -83,6 +83,15 @@ def _run(job: Job, run_dir: Path) -> list[float]:
     return losses
 
 
+def _run_and_score(job: Job, run_dir: Path, name: str, predict: Callable[[], Tensor], y_test: Tensor) -> list[float]:
+    """Train ``job``, then keep the model's held-out accuracy in ``ACCURACY[name]`` (the check prints it)."""
+    losses = _run(job, run_dir)
+    job.model.eval()
+    with torch.no_grad():
+        ACCURACY[name] = _accuracy(predict(), y_test)
+    return losses
+
+
 def _sampler(n: int, batch_size: int, gen: torch.Generator) -> Callable[[], Tensor]:
     """Random mini-batch indices into a training set of ``n`` examples (reshuffled every epoch)."""
     order: list[Tensor] = []
@@ -249,11 +258,7 @@ def train_vit(run_dir: Path, seed: int, fault: str | None = None) -> list[float]
 
     job = Job(model, optimizer, scheduler, steps, next_batch, compute_loss, clip=1.0,
               zero_grad_every=0 if fault == "MissingZeroGrad" else 1)
-    losses = _run(job, run_dir)
-    model.eval()
-    with torch.no_grad():
-        ACCURACY["vit_shapes"] = _accuracy(model(preprocess(raw_test)), y_test)
-    return losses
+    return _run_and_score(job, run_dir, "vit_shapes", lambda: model(preprocess(raw_test)), y_test)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -340,11 +345,7 @@ def train_cnn(run_dir: Path, seed: int, fault: str | None = None) -> list[float]
     # MissingZeroGrad: gradients cleared only every 20 steps (a half-written gradient accumulation)
     job = Job(model, optimizer, scheduler, steps, next_batch, compute_loss,
               zero_grad_every=20 if fault == "MissingZeroGrad" else 1)
-    losses = _run(job, run_dir)
-    model.eval()
-    with torch.no_grad():
-        ACCURACY["cnn_signals"] = _accuracy(model(preprocess(raw_test)), y_test)
-    return losses
+    return _run_and_score(job, run_dir, "cnn_signals", lambda: model(preprocess(raw_test)), y_test)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -439,11 +440,7 @@ def train_tagger(run_dir: Path, seed: int, fault: str | None = None) -> list[flo
 
     job = Job(model, optimizer, scheduler, steps, next_batch, compute_loss,
               zero_grad_every=0 if fault == "MissingZeroGrad" else 1)
-    losses = _run(job, run_dir)
-    model.eval()
-    with torch.no_grad():
-        ACCURACY["gru_tagger"] = _accuracy(model(test_tokens, test_lengths), test_tags)
-    return losses
+    return _run_and_score(job, run_dir, "gru_tagger", lambda: model(test_tokens, test_lengths), test_tags)
 
 
 # --------------------------------------------------------------------------------------------------------------

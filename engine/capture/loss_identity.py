@@ -257,11 +257,12 @@ class LossIdentity:
                  reach: OutputReach | None = None, tol_half: float | None = None) -> None:
         import torch
 
-        self.tol, self.min_elements, self.max_elements = tol, min_elements, max_elements
+        self.min_elements, self.max_elements = min_elements, max_elements
         self.tols = {torch.float32: tol, torch.float64: tol}
         """The window per gradient precision: 16-bit gradients only where ``tol_half`` is known."""
         if tol_half is not None:
             self.tols.update({torch.bfloat16: tol_half, torch.float16: tol_half})
+        self.dtypes = tuple(self.tols)
         self.readers = tuple(r for r in (labels, reach) if r is not None)
         """What else the sampled rows are read for, once the hits say which loss produced them."""
         self.hits: dict[str, int] = {}
@@ -273,7 +274,7 @@ class LossIdentity:
         if tol is None:
             return
         for channels_first in (False, True):  # an output of three dimensions or more: classes last, or at dim 1
-            rows = sampled_rows(y, g, self.max_elements, channels_first, tuple(self.tols))
+            rows = sampled_rows(y, g, self.max_elements, channels_first, self.dtypes)
             if rows is None:
                 continue
             got = identity_hits(rows[0], rows[1], tol, self.max_elements)

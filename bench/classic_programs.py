@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from collections.abc import Callable
@@ -326,8 +327,13 @@ def train(name: str, seed: int, run_dir: Path,
 
 
 def late_loss(losses: list[float]) -> float:
-    """The loss the run ended at: the median of its last tenth (a mini-batch loss is noisy)."""
-    tail = sorted(losses[-max(1, len(losses) // 10):])
+    """The loss the run ended at: the median of its last tenth (a mini-batch loss is noisy), or NaN when that tenth
+    holds a loss that is not finite (a NaN does not sort, so a median could hide it; a run that went non-finite
+    at its end has not recovered)."""
+    tail = losses[-max(1, len(losses) // 10):]
+    if not all(math.isfinite(x) for x in tail):
+        return math.nan
+    tail = sorted(tail)
     return tail[len(tail) // 2]
 
 

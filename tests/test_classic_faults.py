@@ -56,6 +56,13 @@ def test_harm_is_judged_against_the_healthy_twin():
     assert not cf.harmed(0.5, 0.7, 0.4)  # under 1.5 times the twin's loss
 
 
+def test_a_run_that_ends_non_finite_ends_at_nan_whatever_the_median_of_its_last_tenth():
+    from bench.classic_programs import late_loss
+    ends_nan = [2.0] * 90 + [0.1] * 7 + [float("nan")] * 3  # sorted(), the median would read 0.1
+    assert math.isnan(late_loss(ends_nan)) and cf.harmed(late_loss(ends_nan), 2.0, 0.1)
+    assert late_loss([2.0] * 90 + [0.3, 0.1, 0.2] * 3 + [0.2]) == 0.2
+
+
 def test_a_logistic_regression_on_raw_pixels_without_zero_grad_is_named_missing_zero_grad():
     """The program trains well on raw 0-16 pixels; without its zero_grad the stale gradients (a fault by
     definition) lead, and the raw input scale (a set-up fact) yields to them."""

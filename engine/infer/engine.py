@@ -139,7 +139,7 @@ def rank(model: CausalModel, candidates: Iterable[str], findings: Sequence[Findi
                                                   frozenset(f.symptom for f in findings))]
     # a rival is any candidate, applicable or not: one whose effects the run cannot show cannot be ruled out either
     rivals = set(candidates) & set(model.causes)
-    spec = yield_to_faults(model, {s.cause: specificity(model, s, ev, th, rivals, signs) for s in scores})
+    spec = yield_to_faults(model, {s.cause: specificity(model, s, ev, th, rivals, signs) for s in scores}, ev)
     # a cause whose own evidence decides, and is a fault by definition or came with harm to the outcome, is
     # scored again with the absence of its generic effects discounted
     scores = [score_cause(model, s.cause, ev, edges, th, math.exp(s.log_prior), steps, from_run_start, True)

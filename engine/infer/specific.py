@@ -22,8 +22,9 @@ A sign of health (``dt:healthSign``: the loss fit the data closely) is counter-e
 whose harm is a loss that cannot fall; where it stands and no outcome symptom was seen, a cause resting on set-up
 facts alone is advice (engine.infer.engine.reportable).
 
-A set-up fact yields to a fault by definition: raw inputs do not decide for themselves in a run whose gradients
-were never zeroed (``yield_to_faults``).
+A set-up fact yields to a fault the run shows happening: raw inputs do not decide for themselves in a run whose
+gradients were never zeroed, nor take a slow loss from a learning rate whose own evidence is beside it
+(``yield_to_faults``).
 
 Upstream explains downstream: a specific symptom does not count for a cause when an observed symptom with a
 path of causal links into it, which the cause itself does not reach, began no later (unnormalised inputs that bias a
@@ -109,7 +110,8 @@ class Specificity:
             return (f"evidence against it: {', '.join(self.against)} (shown at most {ceiling:.2f})")
         if self.yields_to:
             return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and this run "
-                    f"shows a fault by definition of {', '.join(self.yields_to)}; shown at most {ceiling:.2f}")
+                    f"shows {', '.join(self.yields_to)} happening (a fault by definition, or its own evidence beside "
+                    f"the same harm); shown at most {ceiling:.2f}")
         if self.present and self.unharmed_setup:
             return (f"its specific evidence ({', '.join(self.present)}) is a fact about the set-up, and no outcome "
                     f"it reaches was seen (internal states at most): whether it cost the run, a replay "
@@ -223,14 +225,33 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
                        thin=thin)
 
 
-def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity]) -> dict[str, Specificity]:
-    """A set-up fact yields to a fault by definition: where a candidate's own evidence is a fault by definition
-    (``dt:sufficientAlone``: gradients never zeroed, a weight scale beyond every standard init), a candidate whose
-    present evidence is set-up facts only (``dt:precondition``: raw inputs, bounded activations) no longer decides.
-    The fact made the harm possible; the fault is the one the run shows happening."""
-    faults = tuple(sorted(c for c, x in spec.items() if x.sufficient and x.decides and c not in model.advisory))
-    return {c: replace(x, yields_to=faults) if faults and c not in faults and x.setup_only else x
-            for c, x in spec.items()}
+def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity],
+                    ev: Mapping[str, SymptomEvidence] | None = None) -> dict[str, Specificity]:
+    """A set-up fact yields to a fault the run shows happening: a candidate whose present evidence is set-up facts
+    only (``dt:precondition``: raw inputs, bounded activations) no longer decides where another candidate's own
+    evidence is a fault by definition (``dt:sufficientAlone``: gradients never zeroed), or is more than a set-up
+    fact, reaches an outcome the fact's harm also counts, and explains everything else observed that the fact would
+    (``ev``): a slow loss beside an update ratio far under the band is the learning rate's (the raw inputs made
+    slowness possible, the rate is what the run shows), but raw inputs beside dead units and a plateau keep the
+    plateau, which the rate does not explain with them."""
+    live = {c: x for c, x in spec.items() if x.decides and x.present and c not in model.advisory}
+    faults = {c for c, x in live.items() if x.sufficient}
+    ev = ev or {}
+    blocked = frozenset(sym for sym, x in ev.items() if not x.findings)
+    seen = {sym for sym in ev if _observed(ev, sym)}
+
+    def covers(rival: str, c: str, x: Specificity) -> bool:
+        rest = (seen & model.reach(c, blocked)) - set(x.present)
+        return rest <= model.reach(rival, blocked)
+
+    def outranks(c: str, x: Specificity) -> tuple[str, ...]:
+        if not x.setup_only:
+            return ()
+        shared = {r for r, y in live.items()
+                  if not y.setup_only and set(y.harm) & set(x.harm) and covers(r, c, x)}
+        return tuple(sorted((faults | shared) - {c}))
+
+    return {c: replace(x, yields_to=who) if (who := outranks(c, x)) else x for c, x in spec.items()}
 
 
 def weigh(scores: Sequence[CauseScore], spec: Mapping[str, Specificity], reportable: Mapping[str, bool],

@@ -198,12 +198,16 @@ def acf(x: np.ndarray, max_lag: int) -> np.ndarray:
 
 
 def dominant_period(resid: np.ndarray, min_period: int, max_period: int) -> tuple[int, float]:
-    """(period, autocorrelation at it): the highest local ACF peak with lag in [min_period, max_period]."""
+    """(period, autocorrelation at it): the highest local ACF peak with lag in [min_period, max_period], among the
+    lags after the ACF first falls below zero (where it does): a slow wave keeps the ACF high over its first quarter
+    period, and a noise wiggle on that shoulder is no period of its own."""
     max_period = min(int(max_period), resid.size // 2)
     if max_period <= min_period:
         return 0, 0.0
     r = acf(resid, max_period + 1)
-    lags = np.arange(min_period, max_period + 1)
+    below = np.flatnonzero(r[1:max_period] < 0)
+    first = max(min_period, int(below[0]) + 1) if below.size else min_period
+    lags = np.arange(first, max_period + 1)
     peak = (r[lags] >= r[lags - 1]) & (r[lags] >= r[lags + 1]) & (r[lags] > 0)
     if not peak.any():
         return 0, 0.0

@@ -157,6 +157,11 @@ def _observed(ev: Mapping[str, SymptomEvidence], symptom: str) -> bool:
     return x is not None and bool(x.findings) and x.strength > 0
 
 
+def _absent(ev: Mapping[str, SymptomEvidence]) -> frozenset[str]:
+    """The symptoms judged and not seen: a chain of causal links runs through what happened, not through them."""
+    return frozenset(sym for sym, x in ev.items() if not x.findings)
+
+
 def _upstream(model: CausalModel, symptom: str) -> list[str]:
     """The symptoms with a path of authored links into ``symptom``, nearest first (a starved expert's zero update
     is its router's imbalance, through a dead expert the detectors confirm only later)."""
@@ -190,7 +195,7 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
     does not reach that symptom itself (``CausalModel.reach``); ``candidates``: the run's candidate causes, its
     possible rivals; ``signs``: the signs of health observed (``dt:healthSign``), counter-evidence only."""
     declared = model.specific.get(s.cause, ())
-    own = model.reach(s.cause, frozenset(sym for sym, x in ev.items() if not x.findings))
+    own = model.reach(s.cause, _absent(ev))
     slack = th["infer.precedence_slack"]
     present: list[str] = []
     upstream: list[tuple[str, str]] = []
@@ -226,7 +231,7 @@ def specificity(model: CausalModel, s: CauseScore, ev: Mapping[str, SymptomEvide
 
 
 def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity],
-                    ev: Mapping[str, SymptomEvidence] | None = None) -> dict[str, Specificity]:
+                    ev: Mapping[str, SymptomEvidence]) -> dict[str, Specificity]:
     """A set-up fact yields to a fault the run shows happening: a candidate whose present evidence is set-up facts
     only (``dt:precondition``: raw inputs, bounded activations) no longer decides where another candidate's own
     evidence is a fault by definition (``dt:sufficientAlone``: gradients never zeroed), or is more than a set-up
@@ -236,8 +241,7 @@ def yield_to_faults(model: CausalModel, spec: Mapping[str, Specificity],
     plateau, which the rate does not explain with them."""
     live = {c: x for c, x in spec.items() if x.decides and x.present and c not in model.advisory}
     faults = {c for c, x in live.items() if x.sufficient}
-    ev = ev or {}
-    blocked = frozenset(sym for sym, x in ev.items() if not x.findings)
+    blocked = _absent(ev)
     seen = {sym for sym in ev if _observed(ev, sym)}
 
     def covers(rival: str, c: str, x: Specificity) -> bool:

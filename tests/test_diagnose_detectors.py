@@ -54,6 +54,19 @@ def test_loss_oscillation_reports_period_and_amplitude(tmp_path, th, rng):
     assert f.detector == "convergence.oscillation.acf"
 
 
+def test_a_wave_that_starts_late_has_its_onset_where_it_starts_not_where_the_noise_is(tmp_path, th, rng):
+    """A 128-step wave of 0.1 that appears at step 1,500 of 3,000 under per-step noise of half its amplitude:
+    the noise alone reaches half the wave's level at once, so the onset is read from the wave's own component
+    (the seed chain's oscillation must follow its cause, docs/tune.md)."""
+    n, start = 3000, 1500
+    t = np.arange(n)
+    loss = healthy_loss(n, rng, floor=0.6) + 0.05 * rng.standard_normal(n)
+    loss[start:] += 0.1 * np.sin(2 * np.pi * (t[start:] - start) / 128)
+    f = finding(run_and_diagnose(tmp_path, th, {0: classifier_rows(rng, n=n, loss=loss)}), "LossOscillation")
+    assert f.evidence["period_steps"] == pytest.approx(128, abs=6)
+    assert abs(f.onset_step - start) <= 128
+
+
 def test_loss_spike_and_megatron_factor(tmp_path, th, rng):
     loss = healthy_loss(N, rng)
     loss[150] = 12 * loss[:30].max()  # ≥ 10 × the early maximum (Megatron)

@@ -22,6 +22,7 @@ from debugtune.engine.diagnose.stats import (
     dominant_period,
     ffill,
     first_run,
+    local_sinusoid_amplitude,
     robust_z,
     sinusoid_amplitude,
     smooth,
@@ -528,10 +529,12 @@ def oscillation(ctx: Context, data: ConvergenceData, out: Emit) -> None:
     rel = ev["relative_amplitude"]
     limit = th["convergence.oscillation.min_rel_amplitude"] if periodic else \
         th["convergence.oscillation.bounce_rel_amplitude"]
-    # onset: where the swing's local amplitude (RMS envelope over a period) first reaches half its level
-    win = max(3, int(round(period_f)) if periodic else 2 * th.as_int("convergence.oscillation.noise_window"))
-    wave = resid if periodic else mid
-    env = np.sqrt(2 * smooth(wave ** 2, win))
+    # onset: where the swing's local amplitude first reaches half its level; a periodic swing's is its component
+    # at the period over two periods (an RMS envelope of the residual reaches it wherever per-step noise does)
+    if periodic:
+        env = local_sinusoid_amplitude(resid, period_f, int(round(2 * period_f)))
+    else:
+        env = np.sqrt(2 * smooth(mid ** 2, 2 * th.as_int("convergence.oscillation.noise_window")))
     onset = curve.judge_from + int(np.argmax(env >= 0.5 * rel * level))
     det = onset + int(2 * (period_f if periodic else th.as_int("convergence.oscillation.noise_window")))
     out.add(make_finding(

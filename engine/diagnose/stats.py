@@ -225,6 +225,22 @@ def sinusoid_amplitude(resid: np.ndarray, period: float) -> float:
     return float(np.hypot(a[0], a[1]))
 
 
+def local_sinusoid_amplitude(resid: np.ndarray, period: float, window: int) -> np.ndarray:
+    """Amplitude of the component at ``period`` in each ``window``-long stretch (a sine, cosine, level and slope
+    fitted by least squares every quarter period), read at the stretch's centre and interpolated between.
+    Unlike an RMS envelope, per-step noise adds only about sigma * sqrt(2 / window) to it, and a slow drift
+    the detrending left adds little, so it says where a wave is, not where the noise is as large as half of it."""
+    n = resid.size
+    window = max(4, min(int(window), n))
+    t = np.arange(window, dtype=np.float64)
+    ph = 2 * np.pi * t / period  # the amplitude does not depend on the phase, so one design serves every stretch
+    design = np.column_stack([np.cos(ph), np.sin(ph), np.ones(window), t / window])
+    starts = np.unique(np.append(np.arange(0, n - window + 1, max(1, int(period // 4))), n - window))
+    coef = np.linalg.lstsq(design, resid[starts[None, :] + np.arange(window)[:, None]], rcond=None)[0]
+    amps = np.hypot(coef[0], coef[1])
+    return np.interp(np.arange(n), starts + window / 2, amps)
+
+
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman rank correlation (0 when either side is constant)."""
     if x.size < 3:

@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from debugtune.cli.apps import tune_app
+from debugtune.engine.suggest import load_settings
 from debugtune.engine.telemetry import write_run_json
 from debugtune.engine.tune import TrialSpecError, load_history
 from debugtune.kg import open_store
@@ -88,6 +89,31 @@ def test_history_comes_from_similar_runs_and_the_target_s_own_experiments(world)
     assert len(h.tasks[0]) == 5 and h.tasks[0].similarity > 0.85
     assert h.prior == (({"init_std": 0.05}, {"cv": pytest.approx(cv_of(0.05)), "loss": 2.0}),)
     assert "run:dense-other" in h.skipped and "similarity" in h.skipped["run:dense-other"]
+
+
+def test_a_run_that_shares_most_of_the_target_s_findings_lends_its_experiments_to_the_tuning(tmp_path):
+    """A related run whose diagnosis adds two findings to the target's (the seed chain's wide runs add
+    DeadExperts and ZeroUpdate) is under the suggestions' similarity threshold and above the tuning history's:
+    RGPE weighs it again on the target's own experiments, so it enters the history; a run with nothing in
+    common does not."""
+    st = open_store(tmp_path / "store")
+    try:
+        load_knowledge(st)
+        replace_diagnosis(st, "moe-target", {}, gate_init_findings())
+        extra = [Finding("g2", "DeadExperts", "gradient", "blocks.0.moe/expert:3", 30, 200, 0.8),
+                 Finding("g3", "ZeroUpdate", "gradient", "blocks.0.moe", 30, 200, 0.6)]
+        replace_diagnosis(st, "moe-partial", {}, [*gate_init_findings(0.7), *extra])
+        replace_diagnosis(st, "dense-other", {}, [Finding("g1", "LossSpike", "convergence", "", 5, 6, 0.9)])
+        add_experiments(st, "moe-partial", _experiments("old", [0.002, 0.01, 0.1], BEST))
+        add_experiments(st, "dense-other", _experiments("other", [0.05, 0.09], 0.05))
+        h = load_history(st, "moe-target", "RouterInitRescale", ["cv"])
+        strict = load_history(st, "moe-target", "RouterInitRescale", ["cv"], threshold=load_settings(st).threshold)
+    finally:
+        st.close()
+    assert [t.name for t in h.tasks] == ["run:moe-partial"]
+    assert 0.5 <= h.tasks[0].similarity < 0.85
+    assert "run:dense-other" in h.skipped
+    assert strict.tasks == () and "run:moe-partial" in strict.skipped
 
 
 def test_auto_tunes_from_history_records_every_experiment_and_reports_json(world):

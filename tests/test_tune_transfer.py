@@ -20,6 +20,7 @@ from debugtune.engine.tune import (
     StopRule,
     Task,
     TrialOutcome,
+    TrialRequest,
     TuneError,
     Tuner,
     hypervolume,
@@ -250,3 +251,18 @@ def test_a_history_no_better_than_chance_gets_no_weight():
     reversed_task = (X, -y)  # ranks every pair the wrong way round
     model = RGPEModel(X, y, [reversed_task], rng=np.random.default_rng(1), restarts=1)
     assert model.weights[0] == 0.0 and model.weights[-1] == 1.0
+
+
+def test_a_plateau_in_one_parameter_is_not_taken_for_a_trial_that_ignores_them_all():
+    """A joint space's top-k at its maximum gives the same violation whatever the rest (the seed chain's misled
+    session stopped after three such points, 'no effect', where cold BO reached the targets at 8). No effect is
+    judged only once every parameter has moved; a trial that ignores both parameters still stops at three."""
+    space = SearchSpace([P("u", "continuous", 0.5, 0.0, 1.0), P("k", "integer", 2, 1, 8)])
+    rule = StopRule(max_experiments=8, no_effect_trials=3)
+    tuner = Tuner(space, Y, seed=0, stop=rule)
+    for u in (0.1, 0.5, 0.9):
+        request = TrialRequest(index=len(tuner.trials), params={"u": u, "k": 8}, seed=0)
+        tuner.tell([request], [TrialOutcome({"y": 1.6}, 0.0)])
+    assert tuner.no_effect() is None and tuner.should_stop() is None
+    flat = Tuner(space, Y, seed=0, stop=rule).run(lambda reqs: [TrialOutcome({"y": 1.6}, 0.0) for _ in reqs])
+    assert flat.stop_reason == "no-effect" and len(flat.trials) == 3

@@ -3,7 +3,8 @@
 Every ``dt:Experiment`` of the remedy is read once (from any named graph) with its owner: the case
 that lists it (``dt:hasExperiment``, or the case ``dt:aboutRun`` its run), else its run (``dt:inRun``).
 Cases count when ``similar_cases`` finds them similar to the target run; other runs when their
-findings' signature is as similar (same formula and threshold, from the query stage). The target
+findings' signature is as similar (the query stage's formula), both at ``tune.history.similarity``: lower than
+the suggestions' threshold, since RGPE weighs every task again on the target's own experiments. The target
 run's own earlier experiments are returned apart, as ``prior`` observations of the target task.
 """
 
@@ -14,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from debugtune.engine.suggest import case_similarity, load_settings, run_signature, similar_cases
+from debugtune.engine.suggest import case_similarity, run_signature, similar_cases
 from debugtune.engine.tune.data import Task, finite
+from debugtune.kg.knowledge import thresholds
 from debugtune.kg.namespaces import DT, KB
 from debugtune.kg.sparql import iri
 from debugtune.kg.store import Store
@@ -72,7 +74,7 @@ def load_history(store: Store, run_id: str, remedy: str | Sequence[str], objecti
                  threshold: float | None = None, any_objective: bool = False) -> History:
     """The tasks for ``remedy`` (or any of several: a joint tuning) similar to ``run_id`` whose experiments report
     every one of ``objectives`` (``any_objective``: at least one of them, as joint targets read them)."""
-    threshold = load_settings(store).threshold if threshold is None else threshold
+    threshold = thresholds(store)["tune.history.similarity"] if threshold is None else threshold
     observed = _observations(store, [remedy] if isinstance(remedy, str) else list(remedy))
     reports = any if any_objective else all
     case_scores = {c.case: c.score for c in similar_cases(store, run_id, threshold=threshold)}

@@ -94,6 +94,11 @@ class SearchSpace:
         """True when every parameter has a finite set of values (a grid or categories)."""
         return all(d.values for d in self._dims)
 
+    @property
+    def variable_names(self) -> tuple[str, ...]:
+        """The parameters that can take more than one value (a one-value grid or category cannot move)."""
+        return tuple(d.param.name for d in self._dims if not d.values or len(d.values) > 1)
+
     def defaults(self) -> dict[str, Any]:
         """The parameters' default values (snapped into the space)."""
         return self.decode(self.encode({d.param.name: d.param.default for d in self._dims}))

@@ -365,14 +365,16 @@ class Tuner:
         return None
 
     def no_effect(self) -> tuple[str, float, int] | None:
-        """(objective, value, experiments) when at least ``no_effect_trials`` successful experiments at distinct
-        configurations all returned the same first-objective value (within ``no_effect_tolerance``, relative):
-        the trial does not respond to these parameters. None otherwise."""
+        """(objective, value, experiments) when at least ``no_effect_trials`` successful experiments, among which
+        every parameter took at least two values, all returned the same first-objective value (within
+        ``no_effect_tolerance``, relative): the trial does not respond to these parameters. None otherwise."""
         need = self.stop.no_effect_trials
         obj = self.objectives[0]
         ok = [t for t in self.trials if t.ok and finite(t.values.get(obj.name))]
-        configs = {tuple(np.round(self.space.encode(t.params), 12)) for t in ok}
-        if need is None or len(ok) < need or len(configs) < 2:
+        # every parameter must have moved: three points that share one parameter's value (a joint space's topk at
+        # its maximum) may sit on that value's plateau, which says nothing about the others
+        if need is None or len(ok) < need or any(len({repr(t.params.get(name)) for t in ok}) < 2
+                                                 for name in self.space.variable_names):
             return None
         values = np.array([t.values[obj.name] for t in ok], dtype=float)
         scale = max(float(np.max(np.abs(values))), 1e-300)

@@ -143,7 +143,8 @@ def auto(
     timeout: Annotated[float | None, typer.Option("--timeout", min=0.0, help="Seconds per trial.")] = None,
     executor: Annotated[str, typer.Option("--executor", help="process (default), ray or inline.")] = "process",
     similarity: Annotated[float | None, typer.Option(
-        "--similarity", min=0.0, max=1.0, help="Similarity threshold for history (default: the KB's).")] = None,
+        "--similarity", min=0.0, max=1.0,
+        help="Similarity a related case or run needs to enter the history (default: tune.history.similarity).")] = None,
     run_dir: Annotated[str | None, typer.Option("--run-dir", help="Run directory (default: the stored one).")] = None,
     record: Annotated[bool, typer.Option("--record/--no-record", help="Record experiments in the graph.")] = True,
     store: StoreOption = None,

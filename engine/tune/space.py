@@ -94,10 +94,13 @@ class SearchSpace:
         """True when every parameter has a finite set of values (a grid or categories)."""
         return all(d.values for d in self._dims)
 
-    @property
-    def variable_names(self) -> tuple[str, ...]:
-        """The parameters that can take more than one value (a one-value grid or category cannot move)."""
-        return tuple(d.param.name for d in self._dims if not d.values or len(d.values) > 1)
+    def all_moved(self, configs: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether ``configs`` hold at least two points and every parameter that can take more than one value
+        takes two among them (compared encoded: 2 and 2.0 are one value; a one-value grid cannot move)."""
+        X = np.round(self.encode_many(configs), 12)
+        return len(np.unique(X, axis=0)) > 1 and all(
+            len(np.unique(X[:, d.start:d.start + d.width], axis=0)) > 1
+            for d in self._dims if not d.values or len(d.values) > 1)
 
     def defaults(self) -> dict[str, Any]:
         """The parameters' default values (snapped into the space)."""

@@ -373,8 +373,7 @@ class Tuner:
         ok = [t for t in self.trials if t.ok and finite(t.values.get(obj.name))]
         # every parameter must have moved: three points that share one parameter's value (a joint space's topk at
         # its maximum) may sit on that value's plateau, which says nothing about the others
-        if need is None or len(ok) < need or any(len({repr(t.params.get(name)) for t in ok}) < 2
-                                                 for name in self.space.variable_names):
+        if need is None or len(ok) < need or not self.space.all_moved([t.params for t in ok]):
             return None
         values = np.array([t.values[obj.name] for t in ok], dtype=float)
         scale = max(float(np.max(np.abs(values))), 1e-300)
